@@ -1,0 +1,179 @@
+"""The transformers backend: one batched, left-padded `generate` per batch, with option log-probs.
+
+Option log-probs are recorded *during* generation by a logits processor that keeps, at every step, the
+log-softmax of the raw logits for the few vocabulary entries that read as an option label (`A`, ` B`,
+`>C`, `(2`, …). Keeping all logits (`output_logits=True`) would cost steps × batch × vocabulary floats —
+gigabytes for a 150k-token vocabulary — while these rows are a few hundred floats per step.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from typing import Any
+
+from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs
+from judge.models import LoadedModel, load_model
+
+__all__ = ["TransformersBackend"]
+
+_LABEL_CHARS = set(string.ascii_uppercase + "123456789")
+_MAX_HEAD = 3  # at most this many non-alphanumeric characters glued before a label in one token
+
+
+def _label_token_ids(tokenizer: Any) -> tuple[list[int], list[str]]:
+    """Vocabulary entries that decode to a short non-alphanumeric head followed by one label character."""
+    vocab_size = len(tokenizer)
+    texts = tokenizer.batch_decode([[i] for i in range(vocab_size)])
+    ids, pieces = [], []
+    for token_id, text in enumerate(texts):
+        core = text.strip()
+        if 1 <= len(core) <= _MAX_HEAD + 1 and core[-1] in _LABEL_CHARS and not any(c.isalnum() for c in core[:-1]):
+            ids.append(token_id)
+            pieces.append(text)
+    return ids, pieces
+
+
+class _LabelLogprobRecorder:
+    """A logits processor that records label-token log-probs per step and leaves the scores unchanged."""
+
+    def __init__(self, token_ids: Any) -> None:
+        self.token_ids = token_ids
+        self.steps: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        self.steps.append(torch.log_softmax(scores.float(), dim=-1)[:, self.token_ids].cpu())
+        return scores
+
+
+class TransformersBackend:
+    """Generate with a local transformers model (VLM or text-only).
+
+    Args:
+        model: a folder / hub id, or an already loaded `LoadedModel`.
+        device: where to run; default CUDA when available.
+        dtype: weights dtype name; default bfloat16 on CUDA, float32 on CPU.
+        max_batch_size: requests per `generate` call; larger lists are split into such batches.
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str | LoadedModel,
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+        max_batch_size: int = 16,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size ({max_batch_size}) must be at least 1")
+        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, device=device, dtype=dtype)
+        self.max_batch_size = max_batch_size
+        self._label_ids: Any = None
+        self._label_pieces: list[str] = []
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.loaded.tokenizer
+
+    def _label_vocab(self) -> tuple[Any, list[str]]:
+        if self._label_ids is None:
+            import torch
+
+            ids, pieces = _label_token_ids(self.tokenizer)
+            self._label_ids = torch.tensor(ids, dtype=torch.long, device=self.loaded.model.device)
+            self._label_pieces = pieces
+        return self._label_ids, self._label_pieces
+
+    def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        out: list[Generation] = []
+        for start in range(0, len(requests), self.max_batch_size):
+            out.extend(self._generate_batch(requests[start : start + self.max_batch_size], params))
+        return out
+
+    def _encode(self, requests: Sequence[ChatRequest]) -> Any:
+        processor = self.loaded.processor
+        texts = [
+            processor.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in requests
+        ]
+        images = [image for r in requests for image in r.images]
+        self.tokenizer.padding_side = "left"  # generation appends on the right, so prompts must end aligned
+        if self.loaded.is_vlm:
+            return processor(text=texts, images=images or None, padding=True, return_tensors="pt")
+        if images:
+            raise ValueError("this model is text-only but a request carries images; use a VLM judge")
+        return processor(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+
+    def _generate_batch(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        import torch
+
+        model = self.loaded.model
+        inputs = self._encode(requests).to(model.device)
+        want_logprobs = any(r.n_options for r in requests)
+        recorder = _LabelLogprobRecorder(self._label_vocab()[0]) if want_logprobs else None
+        sampling = params.temperature > 0
+        kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=sampling)
+        if sampling:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        with torch.inference_mode():
+            sequences = model.generate(
+                **inputs,
+                **kwargs,
+                logits_processor=[recorder] if recorder else None,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        new_tokens = sequences[:, inputs["input_ids"].shape[1] :].tolist()
+        stops = {self.tokenizer.pad_token_id, *self._eos_ids()}
+        results = []
+        for row, (request, ids) in enumerate(zip(requests, new_tokens)):
+            ids = ids[: next((i for i, t in enumerate(ids) if t in stops), len(ids))]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            logprobs = None
+            if request.n_options and recorder is not None:
+                logprobs = answer_label_logprobs(
+                    text,
+                    request.n_options,
+                    step_alternatives=lambda step, row=row: self._alternatives(recorder, row, step),
+                    locate=lambda pos, ids=ids: self._locate(ids, pos),
+                )
+            results.append(Generation(text=text, label_logprobs=logprobs))
+        return results
+
+    def _eos_ids(self) -> list[int]:
+        eos = self.loaded.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return [eos] if isinstance(eos, int) else list(eos or [])
+
+    def _alternatives(self, recorder: _LabelLogprobRecorder, row: int, step: int) -> list[tuple[str, float]]:
+        if step >= len(recorder.steps):
+            return []
+        values = recorder.steps[step][row].tolist()
+        return list(zip(self._label_pieces, values))
+
+    def _locate(self, ids: list[int], char_pos: int) -> tuple[int, str] | None:
+        """Binary search for the token whose decoded span covers `char_pos` (prefix decodes, no O(n²))."""
+
+        def decoded_len(n: int) -> int:
+            return len(self.tokenizer.decode(ids[:n], skip_special_tokens=True))
+
+        lo, hi = 0, len(ids)  # find the smallest n with decoded_len(n) > char_pos
+        if decoded_len(hi) <= char_pos:
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if decoded_len(mid) > char_pos:
+                hi = mid
+            else:
+                lo = mid + 1
+        step = lo - 1
+        start = decoded_len(step)
+        piece = self.tokenizer.decode(ids[: step + 1], skip_special_tokens=True)[start:]
+        return step, piece[: char_pos - start]

@@ -1,0 +1,147 @@
+"""The OpenAI-compatible HTTP backend: `vllm serve`, hosted APIs, or any server speaking chat completions.
+
+Requests run concurrently on the official `openai` async client, at most `max_concurrency` at a time;
+the client retries connection errors, 408/409/429 and 5xx with exponential back-off (`max_retries`), and
+each attempt is bounded by `timeout`. Images travel as PNG data URLs. Option log-probs come from the
+`top_logprobs` of the token where the answer label was written; a server that refuses `logprobs` is
+asked again without them, once, and remembered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
+from judge.images import image_to_data_url
+
+__all__ = ["API_KEY_ENV_VARS", "OpenAIBackend"]
+
+API_KEY_ENV_VARS = ("MRJUDGE_API_KEY", "OPENAI_API_KEY")
+"""Where the API key is looked for when none is passed, in this order."""
+
+
+def _with_image_urls(messages: list[dict[str, Any]], images: Sequence[Any]) -> list[dict[str, Any]]:
+    """Replace `{"type": "image"}` placeholders, in order, by `image_url` parts carrying data URLs."""
+    urls = iter(image_to_data_url(image) for image in images)
+    out = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list):
+            content = [
+                {"type": "image_url", "image_url": {"url": next(urls)}} if part.get("type") == "image" else part
+                for part in content
+            ]
+        out.append({**message, "content": content})
+    return out
+
+
+class OpenAIBackend:
+    """Judge through an OpenAI-compatible chat-completions server.
+
+    Args:
+        base_url: the server's API root, e.g. `http://127.0.0.1:8000/v1`.
+        model_name: the served model; default: the first one `GET /models` lists.
+        api_key: default: `$MRJUDGE_API_KEY`, then `$OPENAI_API_KEY`, then "EMPTY" (local servers).
+        max_concurrency: requests in flight at once.
+        timeout: seconds per attempt.
+        max_retries: retries per request, with exponential back-off.
+        top_logprobs: alternatives asked per token (OpenAI allows up to 20); 0 disables log-probs.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model_name: str | None = None,
+        api_key: str | None = None,
+        max_concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        top_logprobs: int = 20,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key or next((os.environ[v] for v in API_KEY_ENV_VARS if os.environ.get(v)), "EMPTY")
+        self.model_name = model_name
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.top_logprobs = top_logprobs
+        self._logprobs_supported = top_logprobs > 0
+
+    def _client(self) -> Any:
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(
+            base_url=self.base_url, api_key=self.api_key, timeout=self.timeout, max_retries=self.max_retries
+        )
+
+    def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        """Blocking wrapper around `agenerate`; inside a running event loop, await `agenerate` instead."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.agenerate(requests, params))
+        raise RuntimeError("OpenAIBackend.generate was called inside an event loop; use `await backend.agenerate(...)`")
+
+    async def agenerate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        async with self._client() as client:
+            if self.model_name is None:
+                models = await client.models.list()
+                if not models.data:
+                    raise RuntimeError(f"the server at {self.base_url} serves no model")
+                self.model_name = models.data[0].id
+            gate = asyncio.Semaphore(self.max_concurrency)
+
+            async def one(index: int, request: ChatRequest) -> Generation:
+                async with gate:
+                    seed = None if params.seed is None else params.seed + index
+                    return await self._complete(client, request, params, seed)
+
+            return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+
+    async def _complete(
+        self, client: Any, request: ChatRequest, params: SamplingParams, seed: int | None
+    ) -> Generation:
+        from openai import BadRequestError
+
+        body: dict[str, Any] = dict(
+            model=self.model_name,
+            messages=_with_image_urls(request.messages, request.images),
+            max_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+        )
+        if seed is not None:
+            body["seed"] = seed
+        want_logprobs = bool(request.n_options) and self._logprobs_supported
+        if want_logprobs:
+            body.update(logprobs=True, top_logprobs=self.top_logprobs)
+        try:
+            response = await client.chat.completions.create(**body)
+        except BadRequestError as exc:
+            if not want_logprobs or "logprob" not in str(exc).lower():
+                raise
+            self._logprobs_supported = False  # this server has no log-probs: stop asking
+            body.pop("logprobs"), body.pop("top_logprobs")
+            response = await client.chat.completions.create(**body)
+            want_logprobs = False
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        label_logprobs = None
+        content = getattr(choice.logprobs, "content", None) if want_logprobs else None
+        if content:
+            pieces = [token.token for token in content]
+            label_logprobs = answer_label_logprobs(
+                text,
+                request.n_options or 0,
+                step_alternatives=lambda step: [(alt.token, alt.logprob) for alt in content[step].top_logprobs or []],
+                locate=lambda pos: locate_token(pieces, pos),
+            )
+        return Generation(text=text, label_logprobs=label_logprobs)

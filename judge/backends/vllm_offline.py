@@ -1,0 +1,84 @@
+"""The vLLM offline backend (`vllm.LLM`): batch judging at GPU scale.
+
+vLLM is optional (`pip install 'mr-judge[vllm]'`); without it, constructing the backend fails with a
+message that says so. Prompts are rendered with the model's own chat template and sent with their PIL
+images as `multi_modal_data`; prefix caching is on, so the display orders of one item share the work on
+the image and question. Option log-probs come from the `logprobs` vLLM returns for every generated token.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
+
+__all__ = ["VLLMBackend", "VLLMNotInstalled"]
+
+
+class VLLMNotInstalled(ImportError):
+    """vLLM is not importable in this environment."""
+
+
+class VLLMBackend:
+    """Judge with an in-process `vllm.LLM` engine.
+
+    Args:
+        model: a local folder or hub id.
+        max_images: images per prompt vLLM must make room for.
+        logprobs: alternatives returned per generated token (for option probabilities); 0 disables.
+        engine_kwargs: passed to `vllm.LLM` (e.g. `tensor_parallel_size`, `gpu_memory_utilization`).
+    """
+
+    name = "vllm"
+
+    def __init__(self, model: str, *, max_images: int = 1, logprobs: int = 20, **engine_kwargs: Any) -> None:
+        if importlib.util.find_spec("vllm") is None:
+            raise VLLMNotInstalled(
+                "the vLLM backend needs vLLM: `pip install 'mr-judge[vllm]'` on a GPU machine, or use "
+                "`--backend hf` (transformers) or `--backend openai` against a running `vllm serve`"
+            )
+        from vllm import LLM
+
+        engine_kwargs.setdefault("enable_prefix_caching", True)
+        engine_kwargs.setdefault("limit_mm_per_prompt", {"image": max_images})
+        self.llm = LLM(model=model, **engine_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.logprobs = logprobs
+
+    def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        from vllm import SamplingParams as VSamplingParams
+
+        want_logprobs = self.logprobs > 0 and any(r.n_options for r in requests)
+        sampling = VSamplingParams(
+            max_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=params.seed,
+            logprobs=self.logprobs if want_logprobs else None,
+        )
+        prompts = []
+        for request in requests:
+            text = self.tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+            prompt: dict[str, Any] = {"prompt": text}
+            if request.images:
+                prompt["multi_modal_data"] = {"image": list(request.images)}
+            prompts.append(prompt)
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        return [self._to_generation(request, output.outputs[0]) for request, output in zip(requests, outputs)]
+
+    @staticmethod
+    def _to_generation(request: ChatRequest, completion: Any) -> Generation:
+        text = completion.text
+        steps = completion.logprobs
+        if not request.n_options or not steps:
+            return Generation(text=text)
+        pieces = [steps[i][tid].decoded_token or "" for i, tid in enumerate(completion.token_ids[: len(steps)])]
+        logprobs = answer_label_logprobs(
+            text,
+            request.n_options,
+            step_alternatives=lambda step: [(lp.decoded_token or "", lp.logprob) for lp in steps[step].values()],
+            locate=lambda pos: locate_token(pieces, pos),
+        )
+        return Generation(text=text, label_logprobs=logprobs)

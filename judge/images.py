@@ -1,0 +1,74 @@
+"""Turn the image references records carry (paths, data URLs, bytes) into PIL images, and back.
+
+Records keep images as references so that JSONL stays small; pixels are only decoded when a backend
+needs them.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+__all__ = ["ImageLoadError", "image_to_data_url", "load_image"]
+
+
+class ImageLoadError(ValueError):
+    """An image reference that cannot be decoded; the message says which one and why."""
+
+
+def _open(data: bytes, what: str) -> Image.Image:
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types; all mean "not an image"
+        raise ImageLoadError(f"cannot decode {what} as an image ({exc})") from exc
+    return image.convert("RGB")
+
+
+def load_image(ref: Any, base_dir: str | Path | None = None) -> Image.Image:
+    """Decode one image reference to an RGB `PIL.Image`.
+
+    Args:
+        ref: a `PIL.Image`, raw encoded bytes, a `data:image/...;base64,` URL, a file path, or a
+            `{"bytes": ..., "path": ...}` mapping (how `datasets`' Image feature stores images).
+        base_dir: relative paths are resolved against it (usually the folder of the JSONL file).
+    """
+    if isinstance(ref, Image.Image):
+        return ref.convert("RGB")
+    if isinstance(ref, Mapping):
+        if ref.get("bytes"):
+            return _open(ref["bytes"], "image bytes")
+        if ref.get("path"):
+            return load_image(ref["path"], base_dir)
+        raise ImageLoadError("image mapping has neither 'bytes' nor 'path'")
+    if isinstance(ref, (bytes, bytearray)):
+        return _open(bytes(ref), "image bytes")
+    if isinstance(ref, str):
+        if ref.startswith("data:"):
+            head, _, payload = ref.partition(",")
+            if ";base64" not in head:
+                raise ImageLoadError("data URL images must be base64-encoded (data:image/png;base64,...)")
+            try:
+                data = base64.b64decode(payload, validate=False)
+            except Exception as exc:  # noqa: BLE001
+                raise ImageLoadError(f"bad base64 in data URL ({exc})") from exc
+            return _open(data, "data URL")
+        path = Path(ref)
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            raise ImageLoadError(f"image file not found: {path}")
+        return _open(path.read_bytes(), str(path))
+    raise ImageLoadError(f"unsupported image reference of type {type(ref).__name__}")
+
+
+def image_to_data_url(image: Image.Image, fmt: str = "PNG") -> str:
+    """Encode an image as a base64 data URL (how OpenAI-compatible servers take images)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt)
+    return f"data:image/{fmt.lower()};base64,{base64.b64encode(buffer.getvalue()).decode('ascii')}"

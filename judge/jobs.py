@@ -1,0 +1,95 @@
+"""Judge a JSONL file of MC items into a JSONL file of verdicts: validated, resumable, atomic.
+
+This is what `mrjudge judge` runs; it lives in the library so that evaluation and synthesis jobs reuse
+the same resume and summary logic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from judge.jsonl import ResumableJsonlWriter, read_jsonl, read_records
+from judge.judging import Judge
+from judge.types import MCItem, Verdict
+
+__all__ = ["JudgeRunSummary", "judge_file", "load_items", "summarize"]
+
+
+@dataclass
+class JudgeRunSummary:
+    """What a judging run did, for the terminal and for logs."""
+
+    n_items: int
+    n_judged_now: int
+    n_skipped: int
+    n_unparsed: int
+    accuracy: float | None
+    """Share of labelled items whose choice equals the label (unparsed counts as wrong)."""
+    consistency: float | None
+    """Share of items with a `consistent` flag whose flag is true."""
+    wall_s: float
+    items_per_s: float | None
+
+
+def load_items(path: str | Path) -> list[MCItem]:
+    """Read and validate an MC-item JSONL file; every bad line is reported with its number and field."""
+    return read_records(path, MCItem.from_dict)
+
+
+def summarize(
+    items: Sequence[MCItem], verdicts: Sequence[Verdict], *, n_judged_now: int, wall_s: float
+) -> JudgeRunSummary:
+    by_id = {v.id: v for v in verdicts}
+    labelled = [(item, by_id[item.id]) for item in items if item.label is not None and item.id in by_id]
+    flags = [v.consistent for v in verdicts if v.consistent is not None]
+    return JudgeRunSummary(
+        n_items=len(items),
+        n_judged_now=n_judged_now,
+        n_skipped=len(items) - n_judged_now,
+        n_unparsed=sum(v.choice is None for v in verdicts),
+        accuracy=sum(v.choice == item.label for item, v in labelled) / len(labelled) if labelled else None,
+        consistency=sum(flags) / len(flags) if flags else None,
+        wall_s=wall_s,
+        items_per_s=n_judged_now / wall_s if n_judged_now and wall_s > 0 else None,
+    )
+
+
+def judge_file(
+    judge: Judge,
+    items: Sequence[MCItem],
+    output: str | Path,
+    *,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[list[Verdict], JudgeRunSummary]:
+    """Judge the items whose ids are not yet in `output`, appending as batches finish.
+
+    Args:
+        judge: the configured judge.
+        items: validated items (see `load_items`).
+        output: verdict JSONL; finished ids in it (or in its `.partial` file) are skipped.
+        on_start: called once with the number of items left to judge.
+        on_progress: called with the number of items finished after each batch.
+
+    Returns:
+        All verdicts for `items` (earlier runs' included), in the items' order, and a summary.
+    """
+    with ResumableJsonlWriter(output) as writer:
+        todo = [item for item in items if item.id not in writer.done_ids]
+        if on_start:
+            on_start(len(todo))
+        start = time.perf_counter()
+        size = judge.config.batch_size
+        for offset in range(0, len(todo), size):
+            chunk = todo[offset : offset + size]
+            writer.write(v.to_dict() for v in judge.select(chunk))
+            if on_progress:
+                on_progress(len(chunk))
+        wall_s = time.perf_counter() - start
+        path = writer.finish(order=[item.id for item in items])
+    wanted = {item.id for item in items}
+    verdicts = [Verdict.from_dict(row) for _, row in read_jsonl(path) if row["id"] in wanted]
+    return verdicts, summarize(items, verdicts, n_judged_now=len(todo), wall_s=wall_s)

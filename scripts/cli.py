@@ -1,0 +1,37 @@
+"""`mrjudge`: the command line. Each subcommand lives in its own module; this file only dispatches.
+
+mrjudge demo                       # the main job on the embedded default (no downloads)
+mrjudge tiny-model --out runs/tiny-judge
+mrjudge judge --model runs/tiny-judge --input items.jsonl --output verdicts.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from scripts import demo, judge_cmd, tiny_model_cmd
+
+SUBCOMMANDS = (demo, judge_cmd, tiny_model_cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mrjudge",
+        description="mr-judge: multimodal reasoning judges that pick the best of several answers.",
+        epilog="Run `mrjudge COMMAND --help` for a command's options.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in SUBCOMMANDS:
+        module.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""`mrjudge judge`: judge a JSONL file of MC items into a JSONL file of verdicts.
+
+    mrjudge judge --model runs/tiny-judge --input items.jsonl --output verdicts.jsonl
+    mrjudge judge --model http://127.0.0.1:8000/v1 --input items.jsonl --output verdicts.jsonl --orders 2
+
+Every input line is validated before any model is loaded; re-running with the same `--output` skips the
+ids already judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from judge.jobs import JudgeRunSummary
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "judge",
+        help="judge a JSONL of multiple-choice items into a JSONL of verdicts (resumable)",
+        description="Judge MC items (one JSON object per line: id, image, question, candidates, label, meta). "
+        "Output is written atomically; re-running with the same --output resumes.",
+    )
+    parser.add_argument(
+        "--model", required=True, help="model folder or hub id, or an OpenAI-compatible server URL (http://…/v1)"
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        type=Path,
+        help="MC items, JSONL; relative image paths are resolved against its folder",
+    )
+    parser.add_argument("--output", required=True, type=Path, help="verdicts, JSONL")
+    parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
+    parser.add_argument("--config", type=Path, help="YAML file with JudgeConfig fields; flags below override it")
+    parser.add_argument(
+        "--orders", type=int, help="display orders per item (default 2: both orders for two candidates)"
+    )
+    parser.add_argument("--samples", type=int, help="calls per display order, majority-voted (needs --temperature > 0)")
+    parser.add_argument("--temperature", type=float, help="sampling temperature; 0 = greedy (default)")
+    parser.add_argument("--max-new-tokens", type=int, help="generation budget per call (default 512)")
+    parser.add_argument("--batch-size", type=int, help="items per backend call (default 8)")
+    parser.add_argument("--seed", type=int, help="seeds display orders, sampling and tie-breaks (default 0)")
+    parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
+    parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
+    parser.set_defaults(run=run)
+
+
+def judge_config_from(args: argparse.Namespace) -> Any:
+    """JudgeConfig from `--config` YAML, then command-line flags on top."""
+    from judge.judging import JudgeConfig
+
+    values: dict[str, Any] = {}
+    if args.config:
+        import yaml
+
+        loaded = yaml.safe_load(args.config.read_text()) or {}
+        known = {f.name for f in fields(JudgeConfig)}
+        unknown = sorted(set(loaded) - known)
+        if unknown:
+            raise SystemExit(
+                f"error: {args.config}: unknown JudgeConfig field(s) {unknown}; valid fields: {sorted(known)}"
+            )
+        values.update(loaded)
+    for name in ("orders", "samples", "temperature", "max_new_tokens", "batch_size", "seed"):
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    try:
+        return JudgeConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from exc
+
+
+def print_summary(summary: JudgeRunSummary, output: Path) -> None:
+    from rich.console import Console
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    speed = "" if summary.items_per_s is None else f", {summary.items_per_s:.2f} items/s"
+    Console(stderr=True).print(
+        f"[bold]{summary.n_items}[/] items ({summary.n_judged_now} judged now, {summary.n_skipped} resumed) "
+        f"in {summary.wall_s:.1f}s{speed}; accuracy {pct(summary.accuracy)}, consistency "
+        f"{pct(summary.consistency)}, unparsed {summary.n_unparsed} → {output}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from judge.backends import make_backend
+    from judge.jobs import judge_file, load_items
+    from judge.jsonl import InputError
+    from judge.judging import Judge
+
+    config = judge_config_from(args)
+    if not args.input.is_file():
+        print(f"error: --input {args.input} does not exist", file=sys.stderr)
+        return 2
+    try:
+        items = load_items(args.input)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    backend_kwargs: dict[str, Any] = {}
+    if args.device:
+        backend_kwargs["device"] = args.device
+    if args.api_key:
+        backend_kwargs["api_key"] = args.api_key
+    backend = make_backend(args.model, args.backend, **backend_kwargs)
+    judge = Judge(backend, config, image_root=args.input.parent)
+
+    columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("judging", total=None)
+        _, summary = judge_file(
+            judge,
+            items,
+            args.output,
+            on_start=lambda n: progress.update(task, total=n),
+            on_progress=lambda n: progress.advance(task, n),
+        )
+    print_summary(summary, args.output)
+    return 0

@@ -1,0 +1,1 @@
+"""Test helpers: a trained "parrot" judge and an OpenAI-compatible server on loopback."""
