@@ -13,7 +13,7 @@ from pathlib import Path
 
 from judge.jsonl import ResumableJsonlWriter, read_jsonl, read_records
 from judge.judging import Judge
-from judge.types import MCItem, Verdict
+from judge.types import DataError, MCItem, Verdict
 
 __all__ = ["JudgeRunSummary", "judge_file", "load_items", "summarize"]
 
@@ -34,9 +34,27 @@ class JudgeRunSummary:
     items_per_s: float | None
 
 
-def load_items(path: str | Path) -> list[MCItem]:
-    """Read and validate an MC-item JSONL file; every bad line is reported with its number and field."""
-    return read_records(path, MCItem.from_dict)
+def load_items(path: str | Path, *, check_images: bool = True) -> list[MCItem]:
+    """Read and validate an MC-item JSONL file; every bad line is reported with its number and field.
+
+    With `check_images`, image paths must name existing files (relative paths are resolved against the
+    file's folder), so a typo fails before any model is loaded rather than halfway through a run.
+    """
+    base = Path(path).parent
+
+    def parse(row: object, where: str) -> MCItem:
+        item = MCItem.from_dict(row, where=where)
+        for ref in item.images if check_images else ():
+            if isinstance(ref, str) and not ref.startswith("data:") and not (base / ref).is_file():
+                raise DataError(
+                    "image",
+                    f"file not found: {base / ref}",
+                    "fix the path (relative paths are resolved against the JSONL file's folder)",
+                    where,
+                )
+        return item
+
+    return read_records(path, parse)
 
 
 def summarize(

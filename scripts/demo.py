@@ -89,11 +89,10 @@ def run(args: argparse.Namespace) -> int:
     verdicts, summary = judge_file(judge, items, out / "verdicts.jsonl")
 
     table = Table(title="verdicts (label, choice and votes index the candidates as given)")
-    for column in ("id", "K", "label", "choice", "votes", "consistent", "probs", "first output"):
-        table.add_column(column, overflow="ellipsis", no_wrap=column == "first output")
+    for column in ("id", "K", "label", "choice", "votes", "consistent", "probs"):
+        table.add_column(column, no_wrap=True)
     for item, verdict in zip(items, verdicts):
         probs = "—" if verdict.probs is None else " ".join(f"{p:.2f}" for p in verdict.probs)
-        first = verdict.raw[0].replace("\n", " ")[:40] if verdict.raw else ""
         table.add_row(
             str(item.id),
             str(len(item.candidates)),
@@ -102,9 +101,10 @@ def run(args: argparse.Namespace) -> int:
             str(verdict.votes),
             str(verdict.consistent),
             probs,
-            first,
         )
     console.print(table)
+    if verdicts and verdicts[0].raw:
+        console.print(f"first raw output of {verdicts[0].id}: {verdicts[0].raw[0][:80]!r}", markup=False)
     print_summary(summary, out / "verdicts.jsonl")
     accuracy = "n/a" if summary.accuracy is None else f"{summary.accuracy:.3f}"
     console.print(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -52,26 +51,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def judge_config_from(args: argparse.Namespace) -> Any:
     """JudgeConfig from `--config` YAML, then command-line flags on top."""
+    from judge.config import ConfigError, config_from_yaml
     from judge.judging import JudgeConfig
 
-    values: dict[str, Any] = {}
-    if args.config:
-        import yaml
-
-        loaded = yaml.safe_load(args.config.read_text()) or {}
-        known = {f.name for f in fields(JudgeConfig)}
-        unknown = sorted(set(loaded) - known)
-        if unknown:
-            raise SystemExit(
-                f"error: {args.config}: unknown JudgeConfig field(s) {unknown}; valid fields: {sorted(known)}"
-            )
-        values.update(loaded)
-    for name in ("orders", "samples", "temperature", "max_new_tokens", "batch_size", "seed"):
-        if getattr(args, name, None) is not None:
-            values[name] = getattr(args, name)
+    flags = ("orders", "samples", "temperature", "max_new_tokens", "batch_size", "seed")
+    overrides = {name: getattr(args, name) for name in flags if getattr(args, name, None) is not None}
     try:
-        return JudgeConfig(**values)
-    except (TypeError, ValueError) as exc:
+        return config_from_yaml(JudgeConfig, args.config, overrides)
+    except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from exc
 
 
@@ -111,7 +98,11 @@ def run(args: argparse.Namespace) -> int:
         backend_kwargs["device"] = args.device
     if args.api_key:
         backend_kwargs["api_key"] = args.api_key
-    backend = make_backend(args.model, args.backend, **backend_kwargs)
+    try:
+        backend = make_backend(args.model, args.backend, **backend_kwargs)
+    except (ImportError, OSError, ValueError) as exc:
+        print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
+        return 2
     judge = Judge(backend, config, image_root=args.input.parent)
 
     columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())

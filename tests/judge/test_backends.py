@@ -123,6 +123,33 @@ def test_openai_backend_gives_up_after_retries(parrot_loaded):
             backend.generate(_requests(make_items(1)), GREEDY)
 
 
+def test_openai_backend_times_out(parrot_loaded):
+    from openai import APITimeoutError
+
+    with serve(make_app(parrot_loaded, delay_s=2.0)) as url:
+        backend = make_backend(url, model_name="tiny-judge", timeout=0.3, max_retries=0)
+        with pytest.raises(APITimeoutError):
+            backend.generate(_requests(make_items(1)), GREEDY)
+
+
+def test_openai_backend_bounds_concurrency(parrot_loaded):
+    app = make_app(parrot_loaded, delay_s=0.2)
+    in_flight, peak = [0], [0]
+
+    @app.middleware("http")
+    async def count(request, call_next):
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        try:
+            return await call_next(request)
+        finally:
+            in_flight[0] -= 1
+
+    with serve(app) as url:
+        gens = make_backend(url, model_name="tiny-judge", max_concurrency=2).generate(_requests(make_items(6)), GREEDY)
+    assert len(gens) == 6 and peak[0] == 2
+
+
 def test_openai_backend_without_server_logprobs(parrot_loaded):
     with serve(make_app(parrot_loaded, reject_logprobs=True)) as url:
         backend = make_backend(url)

@@ -81,12 +81,31 @@ def test_bad_input_names_line_and_field(tmp_path, capsys):
     lines = items.read_text().splitlines()
     lines[1] = json.dumps({**rows[1], "candidates": ["lonely"]})
     lines[2] = json.dumps({k: v for k, v in rows[2].items() if k != "question"})
+    lines.append(json.dumps({**rows[0], "id": "q9", "image": "img/missing.png"}))
     items.write_text("\n".join(lines) + "\n")
     code = main(["judge", "--model", "never-loaded", "--input", str(items), "--output", str(tmp_path / "o.jsonl")])
     err = capsys.readouterr().err
     assert code == 2
     assert "line 2: field 'candidates'" in err and "line 3: field 'question': missing" in err
+    assert "line 4: field 'image': file not found" in err
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_unloadable_model_is_a_clear_error(tmp_path, capsys):
+    items, _ = _write_items(tmp_path, n=1)
+    code = main(
+        [
+            "judge",
+            "--model",
+            str(tmp_path / "no-such-model"),
+            "--input",
+            str(items),
+            "--output",
+            str(tmp_path / "o.jsonl"),
+        ]
+    )
+    assert code == 2
+    assert "cannot load the judge from --model" in capsys.readouterr().err
 
 
 def test_bad_config_value_is_explained(tmp_path, capsys):
@@ -108,7 +127,7 @@ def test_judge_reads_a_yaml_config(parrot_dir, tmp_path):
     )
     assert all(len(v["votes"]) == 1 for v in _read(out))
     config.write_text("ordrs: 1\n")
-    with pytest.raises(SystemExit, match="unknown JudgeConfig field"):
+    with pytest.raises(SystemExit, match="unknown JudgeConfig field\\(s\\) \\['ordrs'\\]"):
         main(
             ["judge", "--model", str(parrot_dir), "--input", str(items), "--output", str(out), "--config", str(config)]
         )

@@ -3,12 +3,14 @@
 It exists so the OpenAI backend is tested against the protocol on the wire (FastAPI + uvicorn + the
 official `openai` client), not against a mock object. It supports what judging uses: text and image_url
 (data URL) parts, greedy and sampled decoding, `seed`, `logprobs` / `top_logprobs`, `GET /v1/models`, and
-two fault switches: `fail_first` answers the first N requests with 503 (to exercise retries) and
-`reject_logprobs` answers 400 to requests asking for log-probs (to exercise the fallback).
+three fault switches: `fail_first` answers the first N requests with 503 (to exercise retries),
+`reject_logprobs` answers 400 to requests asking for log-probs (to exercise the fallback), and `delay_s`
+holds every answer back (to exercise timeouts).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -44,7 +46,9 @@ def _split_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     return out, images
 
 
-def make_app(loaded: LoadedModel, *, fail_first: int = 0, reject_logprobs: bool = False) -> FastAPI:
+def make_app(
+    loaded: LoadedModel, *, fail_first: int = 0, reject_logprobs: bool = False, delay_s: float = 0.0
+) -> FastAPI:
     app = FastAPI()
     lock = threading.Lock()  # one generate at a time: the model is not thread-safe
     state = {"requests": 0}
@@ -58,6 +62,8 @@ def make_app(loaded: LoadedModel, *, fail_first: int = 0, reject_logprobs: bool 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
         state["requests"] += 1
+        if delay_s:
+            await asyncio.sleep(delay_s)
         if state["requests"] <= fail_first:
             return JSONResponse({"error": {"message": "warming up", "type": "overloaded"}}, status_code=503)
         if reject_logprobs and body.get("logprobs"):
