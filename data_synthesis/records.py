@@ -59,20 +59,38 @@ class SFTRecord:
     @classmethod
     def from_dict(cls, row: Any, where: str = "") -> SFTRecord:
         if not isinstance(row, Mapping):
-            raise DataError("<row>", f"expected an object, got {type(row).__name__}", "write one JSON object per record", where)
+            raise DataError(
+                "<row>", f"expected an object, got {type(row).__name__}", "write one JSON object per record", where
+            )
         for name in ("id", "question", "answer"):
             if name not in row or row[name] is None:
-                raise DataError(name, "missing", f"every SFT record needs '{name}' (id, image, question, answer, source)", where)
+                raise DataError(
+                    name, "missing", f"every SFT record needs '{name}' (id, image, question, answer, source)", where
+                )
         for name in ("question", "answer"):
             if not isinstance(row[name], str) or not row[name].strip():
-                raise DataError(name, f"expected a non-empty string, got {row[name]!r}", f"put the {name} text here", where)
+                raise DataError(
+                    name, f"expected a non-empty string, got {row[name]!r}", f"put the {name} text here", where
+                )
         record_id = row["id"]
         if isinstance(record_id, bool) or not isinstance(record_id, (str, int)) or record_id == "":
-            raise DataError("id", f"expected a non-empty string or integer, got {record_id!r}", "give each record a unique id", where)
+            raise DataError(
+                "id",
+                f"expected a non-empty string or integer, got {record_id!r}",
+                "give each record a unique id",
+                where,
+            )
         source = row.get("source") or ""
         if not isinstance(source, str):
-            raise DataError("source", f"expected a string, got {type(source).__name__}", "name the dataset, or drop the field", where)
-        return cls(id=str(record_id), image=row.get("image"), question=row["question"], answer=row["answer"], source=source)
+            raise DataError(
+                "source",
+                f"expected a string, got {type(source).__name__}",
+                "name the dataset, or drop the field",
+                where,
+            )
+        return cls(
+            id=str(record_id), image=row.get("image"), question=row["question"], answer=row["answer"], source=source
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

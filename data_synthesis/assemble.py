@@ -1,0 +1,135 @@
+"""Assembly: records with negatives → multiple-choice judge items, balanced letters, leak-free splits.
+
+Each record with at least one negative becomes one MC item with 2–4 options: the reference answer and
+negatives drawn for it (seeded by the record id). The *position* of the right answer is balanced, not just
+random: within each (split, number of options) group, items are ordered by a seeded hash and the label
+position cycles A, B, C, …, so every letter is right equally often (±1) and a judge cannot win by
+preferring a position. Splits are made by record *group* (`records.group_of`), so turns of one
+conversation never straddle train and validation.
+
+An item (also the judge-RL unit):
+
+    {"id": "world-000003", "image": "images/world-000003.png", "question": "How many circles are there?",
+     "candidates": ["There are 4 circles.", "There are 3 circles."], "label": 1,
+     "meta": {"split": "train", "group": "world-000003", "source": "world/count",
+              "flaws": ["hallucinated_count", null], "description": "...", "world": {...}}}
+
+and `to_sft_example` turns an item and a judge completion into a TRL conversational example.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from data_synthesis.records import group_of
+from judge.prompt import PromptConfig, build_messages, option_letters
+
+__all__ = ["AssembleConfig", "assemble_items", "letter_histogram", "split_of", "to_sft_example"]
+
+Row = dict[str, Any]
+
+
+@dataclass
+class AssembleConfig:
+    min_options: int = 2
+    max_options: int = 4
+    """Options per item are drawn uniformly from [min_options, max_options] (capped by negatives + 1)."""
+    val_fraction: float = 0.1
+    """Share of record groups held out for validation."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.min_options <= self.max_options <= 26:
+            raise ValueError(f"need 2 <= min_options ({self.min_options}) <= max_options ({self.max_options}) <= 26")
+        if not 0 <= self.val_fraction < 1:
+            raise ValueError(f"val_fraction ({self.val_fraction}) must be in [0, 1)")
+
+
+def _hash(seed: int, *parts: object) -> int:
+    return zlib.crc32("\x00".join(map(str, (seed, *parts))).encode())
+
+
+def split_of(record_id: str, config: AssembleConfig) -> str:
+    """ "val" or "train", decided by the record's group alone (no leakage across splits)."""
+    return (
+        "val" if _hash(config.seed, "split", group_of(record_id)) % 10_000 < config.val_fraction * 10_000 else "train"
+    )
+
+
+def assemble_items(rows: list[Row], config: AssembleConfig) -> tuple[list[Row], dict[str, Any]]:
+    """MC items for every row with negatives, and the assembly summary (counts, letter histogram)."""
+    drafts: list[tuple[Row, list[dict[str, str]]]] = []
+    skipped = Counter()
+    for row in rows:
+        negatives = row.get("negatives") or []
+        most = min(config.max_options, len(negatives) + 1)
+        if most < config.min_options:
+            skipped["too_few_negatives"] += 1
+            continue
+        rng = random.Random(_hash(config.seed, "options", row["id"]))
+        k = rng.randint(config.min_options, most)
+        drafts.append((row, rng.sample(negatives, k - 1)))
+
+    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for index, (row, chosen) in enumerate(drafts):
+        groups[(split_of(row["id"], config), len(chosen) + 1)].append(index)
+    label_of: dict[int, int] = {}
+    for (_, k), members in groups.items():
+        members.sort(key=lambda i: _hash(config.seed, "label", drafts[i][0]["id"]))
+        for rank, i in enumerate(members):
+            label_of[i] = rank % k
+
+    items = []
+    for index, (row, chosen) in enumerate(drafts):
+        label = label_of[index]
+        shuffled = list(chosen)
+        random.Random(_hash(config.seed, "order", row["id"])).shuffle(shuffled)
+        shuffled.insert(label, {"text": row["answer"], "flaw": None})
+        meta = {
+            "split": split_of(row["id"], config),
+            "group": group_of(row["id"]),
+            "source": row.get("source", ""),
+            "flaws": [c["flaw"] for c in shuffled],
+        }
+        for key in ("description", "world"):
+            if key in row:
+                meta[key] = row[key]
+        items.append(
+            {
+                "id": row["id"],
+                "image": row.get("image"),
+                "question": row["question"],
+                "candidates": [c["text"] for c in shuffled],
+                "label": label,
+                "meta": meta,
+            }
+        )
+    summary = {
+        "items": len(items),
+        "skipped": dict(skipped),
+        "splits": dict(Counter(item["meta"]["split"] for item in items)),
+        "options_histogram": {str(k): n for k, n in sorted(Counter(len(i["candidates"]) for i in items).items())},
+        "letter_histogram": letter_histogram(items),
+    }
+    return items, summary
+
+
+def letter_histogram(items: list[Row]) -> dict[str, dict[str, int]]:
+    """How often each letter is the right answer, per split."""
+    out: dict[str, Counter] = defaultdict(Counter)
+    for item in items:
+        out[item["meta"]["split"]][option_letters(len(item["candidates"]))[item["label"]]] += 1
+    return {split: dict(sorted(counts.items())) for split, counts in sorted(out.items())}
+
+
+def to_sft_example(item: Row, completion: str, prompt: PromptConfig | None = None) -> Row:
+    """A TRL conversational VLM example: the judge's own prompt (`judge.prompt.build_messages`, the one it
+    sees at inference) with the image, answered by `completion`."""
+    images = [item["image"]] if item.get("image") is not None else []
+    messages = build_messages(item["question"], item["candidates"], n_images=len(images), config=prompt)
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": completion}]})
+    return {"id": item["id"], "images": images, "messages": messages}

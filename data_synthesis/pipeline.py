@@ -1,0 +1,306 @@
+"""The data engine's stages wired to folders: what `mrjudge synth <stage>` and `synth all` run.
+
+    records/world → negatives → describe → assemble → distill
+    records.jsonl   negatives.jsonl  described.jsonl  items.jsonl (+ rl/)  distilled.jsonl (+ sft/)
+
+Each stage reads the previous stage's file from `--input` and writes its own into `--out` (the same
+folder is fine and is what `synth all` does); image paths are rewritten relative to the output folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_synthesis.assemble import AssembleConfig, assemble_items, to_sft_example
+from data_synthesis.stages import WHOLE, Shard, read_stage, run_stage, write_json_atomic
+from judge.jsonl import read_jsonl, write_jsonl_atomic
+
+__all__ = [
+    "ModelSpec",
+    "SynthConfig",
+    "load_rows",
+    "run_all",
+    "run_assemble",
+    "run_describe",
+    "run_distill",
+    "run_negatives",
+]
+
+Row = dict[str, Any]
+
+
+@dataclass
+class ModelSpec:
+    """Which model a stage talks to: a folder / hub id, or an OpenAI-compatible URL."""
+
+    model: str
+    backend: str | None = None
+    """hf, openai or vllm; default: openai for URLs, hf otherwise."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Backend constructor options (device, max_concurrency, api_key, …)."""
+
+    def build(self) -> Any:
+        from judge.backends import make_backend
+
+        return make_backend(self.model, self.backend, **self.options)
+
+
+def _rebase(rows: list[Row], src: Path, dst: Path) -> list[Row]:
+    """Rewrite relative image paths written for `src` so they resolve from `dst`."""
+    if src.resolve() == dst.resolve():
+        return rows
+    out = []
+    for row in rows:
+        image = row.get("image")
+        if isinstance(image, str) and not image.startswith("data:") and not os.path.isabs(image):
+            row = {**row, "image": os.path.relpath(src / image, dst)}
+        out.append(row)
+    return out
+
+
+def load_rows(input_dir: str | Path, stage: str, out_dir: str | Path) -> list[Row]:
+    """Rows of `stage` in `input_dir` (for "records": with their world scenes when there are any)."""
+    input_dir, out_dir = Path(input_dir), Path(out_dir)
+    if stage == "records":
+        path = input_dir / "records.jsonl"
+        if not path.exists():
+            raise FileNotFoundError(
+                f"no records.jsonl in {input_dir}: run `mrjudge synth world` or `mrjudge synth records` first"
+            )
+        from data_synthesis.records import SFTRecord
+
+        rows = [SFTRecord.from_dict(row, where=f"{path} line {n}").to_dict() for n, row in read_jsonl(path)]
+        scenes = input_dir / "scenes.jsonl"
+        if scenes.exists():
+            worlds = {row["id"]: {"scene": row["scene"], "task": row["task"]} for _, row in read_jsonl(scenes)}
+            rows = [{**row, "world": worlds[row["id"]]} if row["id"] in worlds else row for row in rows]
+    else:
+        rows = read_stage(input_dir, stage)
+    return _rebase(rows, input_dir, out_dir)
+
+
+def run_negatives(
+    input_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    generator: str = "scene",
+    model: ModelSpec | None = None,
+    n: int = 3,
+    seed: int = 0,
+    shard: Shard = WHOLE,
+    batch_size: int = 16,
+    max_attempts: int = 3,
+    show_progress: bool = True,
+) -> tuple[list[Row], dict[str, Any]]:
+    from data_synthesis.negatives import ModelNegatives, SceneNegatives, summarize_negatives
+
+    rows = load_rows(input_dir, "records", out_dir)
+    if generator == "scene":
+        process = SceneNegatives(n=n, seed=seed)
+    elif generator == "model":
+        if model is None:
+            raise ValueError("--generator model needs --model (a folder, hub id or server URL)")
+        process = ModelNegatives(model.build(), n=n, seed=seed, max_attempts=max_attempts, image_root=out_dir)
+    else:
+        raise ValueError(f"--generator must be 'model' or 'scene', got {generator!r}")
+    return run_stage(
+        "negatives",
+        rows,
+        process,
+        out_dir,
+        shard=shard,
+        batch_size=batch_size,
+        summarize=summarize_negatives,
+        show_progress=show_progress,
+    )
+
+
+def run_describe(
+    input_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    describer: str = "scene",
+    model: ModelSpec | None = None,
+    shard: Shard = WHOLE,
+    batch_size: int = 16,
+    show_progress: bool = True,
+) -> tuple[list[Row], dict[str, Any]]:
+    from data_synthesis.describe import ModelDescriber, SceneDescriber
+
+    rows = load_rows(input_dir, "negatives", out_dir)
+    if describer == "scene":
+        process = SceneDescriber()
+    elif describer == "model":
+        if model is None:
+            raise ValueError("--describer model needs --model")
+        process = ModelDescriber(model.build(), image_root=out_dir)
+    else:
+        raise ValueError(f"--describer must be 'model' or 'scene', got {describer!r}")
+    return run_stage(
+        "described", rows, process, out_dir, shard=shard, batch_size=batch_size, show_progress=show_progress
+    )
+
+
+def run_assemble(
+    input_dir: str | Path, out_dir: str | Path, config: AssembleConfig | None = None
+) -> tuple[list[Row], dict[str, Any]]:
+    """Global (not sharded): letter balancing needs every item. Writes items.jsonl and rl/{train,val}.jsonl."""
+    out_dir = Path(out_dir)
+    items, summary = assemble_items(load_rows(input_dir, "described", out_dir), config or AssembleConfig())
+    write_jsonl_atomic(out_dir / "items.jsonl", items)
+    for split in ("train", "val"):
+        write_jsonl_atomic(
+            out_dir / "rl" / f"{split}.jsonl",
+            [_rebased_item(i, out_dir, out_dir / "rl") for i in items if i["meta"]["split"] == split],
+        )
+    write_json_atomic(out_dir / "items.summary.json", {"stage": "assemble", **summary})
+    return items, summary
+
+
+def _rebased_item(item: Row, src: Path, dst: Path) -> Row:
+    return _rebase([item], src, dst)[0]
+
+
+def run_distill(
+    input_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    reasoner: str = "scene",
+    reasoner_model: ModelSpec | None = None,
+    rewriter: str = "rules",
+    rewriter_model: ModelSpec | None = None,
+    shard: Shard = WHOLE,
+    batch_size: int = 16,
+    show_progress: bool = True,
+) -> tuple[list[Row], dict[str, Any]]:
+    """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl."""
+    from data_synthesis.distill import (
+        Distiller,
+        ModelReasoner,
+        ModelRewriter,
+        RuleRewriter,
+        SceneReasoner,
+        summarize_distilled,
+    )
+
+    out_dir = Path(out_dir)
+    items = load_rows(input_dir, "items", out_dir)
+    if reasoner == "scene":
+        reason = SceneReasoner()
+    elif reasoner == "model" and reasoner_model is not None:
+        reason = ModelReasoner(reasoner_model.build())
+    else:
+        raise ValueError("--reasoner must be 'scene', or 'model' with --reasoner-model")
+    if rewriter == "rules":
+        rewrite = RuleRewriter()
+    elif rewriter == "model":
+        spec = rewriter_model or reasoner_model
+        if spec is None:
+            raise ValueError("--rewriter model needs --rewriter-model (or --reasoner-model)")
+        rewrite = ModelRewriter(spec.build())
+    else:
+        raise ValueError(f"--rewriter must be 'rules' or 'model', got {rewriter!r}")
+    rows, summary = run_stage(
+        "distilled",
+        items,
+        Distiller(reason, rewrite),
+        out_dir,
+        shard=shard,
+        batch_size=batch_size,
+        summarize=summarize_distilled,
+        show_progress=show_progress,
+    )
+    if shard.count == 1:
+        summary.update(write_sft_examples(items, rows, out_dir))
+    return rows, summary
+
+
+def write_sft_examples(items: list[Row], distilled: list[Row], out_dir: Path) -> dict[str, Any]:
+    """TRL conversational judge-SFT examples from the kept traces, by split."""
+    by_id = {item["id"]: item for item in items}
+    counts = {}
+    for split in ("train", "val"):
+        examples = [
+            to_sft_example(_rebased_item(by_id[row["id"]], out_dir, out_dir / "sft"), row["completion"])
+            for row in distilled
+            if row["kept"] and by_id[row["id"]]["meta"]["split"] == split
+        ]
+        write_jsonl_atomic(out_dir / "sft" / f"{split}.jsonl", examples)
+        counts[f"sft_{split}"] = len(examples)
+    return counts
+
+
+@dataclass
+class SynthConfig:
+    """The whole chain for `mrjudge synth all --config FILE` (YAML with these fields)."""
+
+    out: str = "runs/synth"
+    # Input: a source (file, folder or hub id) or, when `source` is null, the synthetic world.
+    source: str | None = None
+    world_n: int = 200
+    world_seed: int = 0
+    # Stages
+    negatives_generator: str = "scene"
+    negatives_n: int = 3
+    describer: str = "scene"
+    reasoner: str = "scene"
+    rewriter: str = "rules"
+    model: dict[str, Any] | None = None
+    """ModelSpec fields for the MLLM stages (model negatives, model describer)."""
+    reasoner_model: dict[str, Any] | None = None
+    """ModelSpec fields for the text reasoning model (and the rewriter, unless `rewriter_model`)."""
+    rewriter_model: dict[str, Any] | None = None
+    assemble: dict[str, Any] = field(default_factory=dict)
+    """AssembleConfig fields."""
+    seed: int = 0
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("negatives_generator", "describer", "reasoner"):
+            if getattr(self, name) not in ("scene", "model"):
+                raise ValueError(f"{name} must be 'scene' or 'model', got {getattr(self, name)!r}")
+        if self.source is not None and "scene" in (self.negatives_generator, self.describer, self.reasoner):
+            raise ValueError(
+                "scene generators only work on the synthetic world: set the model stages, or leave `source` null"
+            )
+
+
+def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any]:
+    """Run every stage into `config.out`; finished stages resume (skip their done ids)."""
+    out = Path(config.out)
+    summaries: dict[str, Any] = {}
+    if config.source is None:
+        from data_synthesis.world import write_world
+
+        write_world(config.world_n, config.world_seed, out)
+    else:
+        from data_synthesis.sources import write_records
+
+        write_records(config.source, out)
+    spec = lambda d: None if d is None else ModelSpec(**d)  # noqa: E731
+    common = dict(batch_size=config.batch_size, show_progress=show_progress)
+    summaries["negatives"] = run_negatives(
+        out,
+        out,
+        generator=config.negatives_generator,
+        model=spec(config.model),
+        n=config.negatives_n,
+        seed=config.seed,
+        **common,
+    )[1]
+    summaries["described"] = run_describe(out, out, describer=config.describer, model=spec(config.model), **common)[1]
+    summaries["items"] = run_assemble(out, out, AssembleConfig(**{"seed": config.seed, **config.assemble}))[1]
+    summaries["distilled"] = run_distill(
+        out,
+        out,
+        reasoner=config.reasoner,
+        reasoner_model=spec(config.reasoner_model),
+        rewriter=config.rewriter,
+        rewriter_model=spec(config.rewriter_model),
+        **common,
+    )[1]
+    write_json_atomic(out / "synth.summary.json", summaries)
+    return summaries

@@ -1,0 +1,230 @@
+"""`mrjudge synth`: the data engine, one subcommand per stage, plus `all`.
+
+mrjudge synth world --n 200 --seed 0 --out runs/synth
+mrjudge synth negatives --input runs/synth --out runs/synth --generator scene
+mrjudge synth negatives --input data/ --out runs/neg --generator model --model Qwen/Qwen2.5-VL-7B-Instruct --shard 0/8
+mrjudge synth describe --input runs/synth --out runs/synth --describer scene
+mrjudge synth assemble --input runs/synth --out runs/synth
+mrjudge synth distill --input runs/synth --out runs/synth --reasoner scene
+mrjudge synth all --config configs/synth_world.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _model_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    dash = f"--{prefix}-" if prefix else "--"
+    parser.add_argument(f"{dash}model", help="model folder / hub id, or an OpenAI-compatible server URL (http://…/v1)")
+    parser.add_argument(
+        f"{dash}backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise"
+    )
+
+
+def _job_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", type=Path, required=True, help="folder holding the previous stage's output")
+    parser.add_argument("--out", type=Path, required=True, help="output folder (may be the same as --input)")
+    parser.add_argument("--shard", help="process shard i of N, as i/N (e.g. 0/4); default: everything")
+    parser.add_argument(
+        "--batch-size", type=int, default=16, help="rows per batch (backend requests are batched by it)"
+    )
+
+
+def _spec(model: str | None, backend: str | None):
+    from data_synthesis.pipeline import ModelSpec
+
+    return None if model is None else ModelSpec(model=model, backend=backend)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    synth = commands.add_parser(
+        "synth",
+        help="synthesise judge training data (world, negatives, distillation, assembly)",
+        description=__doc__.split("\n\n")[0],
+    )
+    stages = synth.add_subparsers(dest="stage", metavar="STAGE", required=True)
+
+    p = stages.add_parser("world", help="draw the embedded synthetic world: images with known scenes + SFT records")
+    p.add_argument("--n", type=int, required=True, help="number of records")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=int, default=112, help="image side in pixels (default 112)")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(run=run_world)
+
+    p = stages.add_parser(
+        "records", help="normalise an SFT source (JSONL, Parquet, LLaVA JSON, HF dataset) into records.jsonl"
+    )
+    p.add_argument("--source", required=True, help="file, folder, or Hugging Face dataset id")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--split", default="train")
+    p.add_argument("--limit", type=int, help="read at most this many source rows")
+    for name in ("id", "image", "question", "answer"):
+        p.add_argument(f"--{name}-field", help=f"column holding the {name} (default: the usual spellings)")
+    p.add_argument("--image-root", type=Path, help="folder that relative image paths are resolved against")
+    p.set_defaults(run=run_records)
+
+    p = stages.add_parser("negatives", help="write flawed-but-plausible negative answers (reverse candidate synthesis)")
+    _job_args(p)
+    p.add_argument(
+        "--generator",
+        choices=("model", "scene"),
+        default="scene",
+        help="model: an MLLM writes them; scene: exact, synthetic world only",
+    )
+    _model_args(p)
+    p.add_argument("--n", type=int, default=3, help="negatives per record (default 3)")
+    p.add_argument("--max-attempts", type=int, default=3, help="model calls per record before settling for fewer")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=run_negatives)
+
+    p = stages.add_parser("describe", help="describe each image in text (distillation step 1)")
+    _job_args(p)
+    p.add_argument("--describer", choices=("model", "scene"), default="scene")
+    _model_args(p)
+    p.set_defaults(run=run_describe)
+
+    p = stages.add_parser("assemble", help="build balanced MC items and train/val splits (judge RL data)")
+    p.add_argument("--input", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--min-options", type=int, default=2)
+    p.add_argument("--max-options", type=int, default=4)
+    p.add_argument("--val-fraction", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=run_assemble)
+
+    p = stages.add_parser(
+        "distill", help="reason with a hint, strip it, align style, keep correct traces (judge SFT data)"
+    )
+    _job_args(p)
+    p.add_argument("--reasoner", choices=("model", "scene"), default="scene")
+    _model_args(p, "reasoner")
+    p.add_argument("--rewriter", choices=("model", "rules"), default="rules")
+    _model_args(p, "rewriter")
+    p.set_defaults(run=run_distill)
+
+    p = stages.add_parser("all", help="run the whole chain from a YAML config")
+    p.add_argument("--config", type=Path, required=True, help="YAML with SynthConfig fields")
+    p.set_defaults(run=run_all)
+
+
+def _print(summary: dict) -> int:
+    print(json.dumps(summary, indent=2, sort_keys=True))
+    return 0
+
+
+def _guard(fn):
+    """Turn configuration and input mistakes into one-line errors (exit 2) instead of tracebacks."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        from judge.jsonl import InputError
+        from judge.types import DataError
+
+        try:
+            return fn(args)
+        except (ValueError, FileNotFoundError, InputError, DataError, ImportError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return wrapped
+
+
+@_guard
+def run_world(args: argparse.Namespace) -> int:
+    from data_synthesis.world import write_world
+
+    write_world(args.n, args.seed, args.out, size=args.size)
+    print(f"wrote {args.n} synthetic-world records to {args.out}")
+    return 0
+
+
+@_guard
+def run_records(args: argparse.Namespace) -> int:
+    from data_synthesis.sources import FieldMap, write_records
+
+    fields = FieldMap(id=args.id_field, image=args.image_field, question=args.question_field, answer=args.answer_field)
+    path, count = write_records(
+        args.source, args.out, split=args.split, limit=args.limit, fields=fields, image_root=args.image_root
+    )
+    print(f"wrote {count} records to {path}")
+    return 0
+
+
+@_guard
+def run_negatives(args: argparse.Namespace) -> int:
+    from data_synthesis.pipeline import run_negatives as run
+    from data_synthesis.stages import Shard
+
+    _, summary = run(
+        args.input,
+        args.out,
+        generator=args.generator,
+        model=_spec(args.model, args.backend),
+        n=args.n,
+        seed=args.seed,
+        shard=Shard.parse(args.shard),
+        batch_size=args.batch_size,
+        max_attempts=args.max_attempts,
+    )
+    return _print(summary)
+
+
+@_guard
+def run_describe(args: argparse.Namespace) -> int:
+    from data_synthesis.pipeline import run_describe as run
+    from data_synthesis.stages import Shard
+
+    _, summary = run(
+        args.input,
+        args.out,
+        describer=args.describer,
+        model=_spec(args.model, args.backend),
+        shard=Shard.parse(args.shard),
+        batch_size=args.batch_size,
+    )
+    return _print(summary)
+
+
+@_guard
+def run_assemble(args: argparse.Namespace) -> int:
+    from data_synthesis.assemble import AssembleConfig
+    from data_synthesis.pipeline import run_assemble as run
+
+    config = AssembleConfig(
+        min_options=args.min_options, max_options=args.max_options, val_fraction=args.val_fraction, seed=args.seed
+    )
+    return _print(run(args.input, args.out, config)[1])
+
+
+@_guard
+def run_distill(args: argparse.Namespace) -> int:
+    from data_synthesis.pipeline import run_distill as run
+    from data_synthesis.stages import Shard
+
+    _, summary = run(
+        args.input,
+        args.out,
+        reasoner=args.reasoner,
+        reasoner_model=_spec(args.reasoner_model, args.reasoner_backend),
+        rewriter=args.rewriter,
+        rewriter_model=_spec(args.rewriter_model, args.rewriter_backend),
+        shard=Shard.parse(args.shard),
+        batch_size=args.batch_size,
+    )
+    return _print(summary)
+
+
+@_guard
+def run_all(args: argparse.Namespace) -> int:
+    from data_synthesis.pipeline import SynthConfig
+    from data_synthesis.pipeline import run_all as run
+    from judge.config import ConfigError, config_from_yaml
+
+    try:
+        config = config_from_yaml(SynthConfig, args.config)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
+    return _print(run(config))
