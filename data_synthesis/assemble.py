@@ -118,12 +118,16 @@ def assemble_items(rows: list[Row], config: AssembleConfig) -> tuple[list[Row], 
     return items, summary
 
 
-def letter_histogram(items: list[Row]) -> dict[str, dict[str, int]]:
-    """How often each letter is the right answer, per split."""
-    out: dict[str, Counter] = defaultdict(Counter)
+def letter_histogram(items: list[Row]) -> dict[str, dict[str, dict[str, int]]]:
+    """How often each letter is the right answer, per split and number of options (`"k=3"`).
+
+    Balance is per number of options: with two options only A and B can be right.
+    """
+    out: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     for item in items:
-        out[item["meta"]["split"]][option_letters(len(item["candidates"]))[item["label"]]] += 1
-    return {split: dict(sorted(counts.items())) for split, counts in sorted(out.items())}
+        k = len(item["candidates"])
+        out[item["meta"]["split"]][f"k={k}"][option_letters(k)[item["label"]]] += 1
+    return {s: {k: dict(sorted(c.items())) for k, c in sorted(by_k.items())} for s, by_k in sorted(out.items())}
 
 
 def to_sft_example(item: Row, completion: str, prompt: PromptConfig | None = None) -> Row:

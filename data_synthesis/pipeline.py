@@ -93,6 +93,7 @@ def run_negatives(
     shard: Shard = WHOLE,
     batch_size: int = 16,
     max_attempts: int = 3,
+    max_new_tokens: int = 512,
     show_progress: bool = True,
 ) -> tuple[list[Row], dict[str, Any]]:
     from data_synthesis.negatives import ModelNegatives, SceneNegatives, summarize_negatives
@@ -103,7 +104,9 @@ def run_negatives(
     elif generator == "model":
         if model is None:
             raise ValueError("--generator model needs --model (a folder, hub id or server URL)")
-        process = ModelNegatives(model.build(), n=n, seed=seed, max_attempts=max_attempts, image_root=out_dir)
+        process = ModelNegatives(
+            model.build(), n=n, seed=seed, max_attempts=max_attempts, max_new_tokens=max_new_tokens, image_root=out_dir
+        )
     else:
         raise ValueError(f"--generator must be 'model' or 'scene', got {generator!r}")
     return run_stage(

@@ -78,6 +78,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _model_args(p)
     p.add_argument("--n", type=int, default=3, help="negatives per record (default 3)")
     p.add_argument("--max-attempts", type=int, default=3, help="model calls per record before settling for fewer")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per model call")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=run_negatives)
 

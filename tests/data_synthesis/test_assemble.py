@@ -45,7 +45,9 @@ def test_letters_are_balanced_within_each_split_and_size():
             counts = [groups[(split, k, label)] for label in range(k)]
             assert max(counts) - min(counts) <= 1, (split, k, counts)
     assert set(summary["letter_histogram"]) == {"train", "val"}
-    assert sum(summary["letter_histogram"]["train"].values()) == summary["splits"]["train"]
+    train = summary["letter_histogram"]["train"]
+    assert sum(n for by_letter in train.values() for n in by_letter.values()) == summary["splits"]["train"]
+    assert set(train["k=3"]) == {"A", "B", "C"}
 
 
 def test_split_by_group_never_leaks():
