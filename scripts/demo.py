@@ -1,9 +1,10 @@
-"""`mrjudge demo`: the main job on the embedded default — no downloads, a few seconds on a CPU.
+"""`mrjudge demo`: the main job on the embedded default — no downloads, seconds on a CPU.
 
-Until the full pipeline lands (synthesis → SFT → GRPO → evaluation → reward server), the demo builds a
-tiny, *untrained* Qwen2.5-VL judge, draws a handful of multiple-choice items about coloured shapes, judges
-them in both display orders and prints each verdict and the accuracy. An untrained judge rarely writes a
-parsable answer: the point is the plumbing, end to end, with the real model classes.
+Until the full pipeline lands (training, evaluation, reward server), the demo runs what exists end to end:
+it draws the synthetic world, synthesises exact negatives, descriptions and judge traces, assembles
+balanced multiple-choice items, builds a tiny *untrained* Qwen2.5-VL judge, judges the items in both
+display orders and prints each verdict and the accuracy. An untrained judge rarely writes a parsable
+answer: the point is the real pipeline and model classes, end to end; training makes the numbers move.
 
     mrjudge demo --out runs/demo
 """
@@ -11,61 +12,36 @@ parsable answer: the point is the plumbing, end to end, with the real model clas
 from __future__ import annotations
 
 import argparse
-import json
-import random
 from pathlib import Path
-
-from PIL import Image, ImageDraw
-
-COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (235, 210, 40)}
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "demo",
         help="run the main job on the embedded default (no downloads)",
-        description="Build a tiny judge, make a handful of MC items, judge them, print verdicts and accuracy.",
+        description="Synthesise judge data from the synthetic world, build a tiny judge, judge a handful of MC items, "
+        "print verdicts and accuracy.",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (default: runs/demo)")
-    parser.add_argument("--n-items", type=int, default=8, help="number of MC items (default: 8)")
+    parser.add_argument("--n-items", type=int, default=8, help="number of MC items to judge (default: 8)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the model and the items (default: 0)")
     parser.set_defaults(run=run)
 
 
-def make_items(folder: Path, n: int, seed: int) -> Path:
-    """Draw `n` one-shape images and write MC items asking for the shape's colour."""
-    rng = random.Random(seed)
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i in range(n):
-        colour = rng.choice(sorted(COLOURS))
-        image = Image.new("RGB", (84, 84), "white")
-        x, y, r = rng.randint(20, 64), rng.randint(20, 64), rng.randint(10, 18)
-        ImageDraw.Draw(image).ellipse((x - r, y - r, x + r, y + r), fill=COLOURS[colour])
-        name = f"images/{i:03d}.png"
-        image.save(folder / name)
-        wrong = rng.sample([c for c in sorted(COLOURS) if c != colour], k=rng.randint(1, 2))
-        candidates = [f"The circle is {c}." for c in [colour, *wrong]]
-        rng.shuffle(candidates)
-        rows.append(
-            {
-                "id": f"demo-{i:03d}",
-                "image": name,
-                "question": "What colour is the circle?",
-                "candidates": candidates,
-                "label": candidates.index(f"The circle is {colour}."),
-                "meta": {"source": "demo"},
-            }
-        )
-    path = folder / "items.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+def _histogram(by_split: dict) -> str:
+    """`train k=2 A4 B3, …` from assembly's nested letter histogram."""
+    return ", ".join(
+        f"{split} {k} " + " ".join(f"{letter}{n}" for letter, n in letters.items())
+        for split, by_k in by_split.items()
+        for k, letters in by_k.items()
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from data_synthesis.pipeline import SynthConfig, run_all
     from judge.backends.hf import TransformersBackend
     from judge.jobs import judge_file, load_items
     from judge.judging import Judge, JudgeConfig
@@ -77,14 +53,22 @@ def run(args: argparse.Namespace) -> int:
     console.rule("[bold]mr-judge demo")
     model_dir = build_tiny_model(out / "tiny-judge", kind="vlm", seed=args.seed, size="tiny")
     console.print(f"built a tiny Qwen2.5-VL judge → {model_dir}")
-    items_path = make_items(out, args.n_items, args.seed)
-    items = load_items(items_path)
-    console.print(f"made {len(items)} multiple-choice items → {items_path}")
-
+    synth = run_all(
+        SynthConfig(out=str(out / "synth"), world_n=max(4 * args.n_items, 20), world_seed=args.seed, seed=args.seed),
+        show_progress=False,
+    )
+    distilled, assembled = synth["distilled"], synth["items"]
+    console.print(
+        f"synthesised {assembled['items']} MC items from the synthetic world "
+        f"({synth['negatives']['negatives']} exact negatives; right letter per split and size: "
+        f"{_histogram(assembled['letter_histogram'])}); kept {distilled['kept']} judge traces "
+        f"({distilled['kept_fraction']:.0%}) for SFT → {out / 'synth'}"
+    )
+    items = load_items(out / "synth" / "items.jsonl")[: args.n_items]
     judge = Judge(
         TransformersBackend(str(model_dir), device="cpu"),
         JudgeConfig(max_new_tokens=48, seed=args.seed),
-        image_root=out,
+        image_root=out / "synth",
     )
     verdicts, summary = judge_file(judge, items, out / "verdicts.jsonl")
 
