@@ -17,6 +17,7 @@ from typing import Any
 from data_synthesis.assemble import AssembleConfig, assemble_items, to_sft_example
 from data_synthesis.stages import WHOLE, Shard, read_stage, run_stage, write_json_atomic
 from judge.jsonl import read_jsonl, write_jsonl_atomic
+from judge.prompt import PromptConfig
 
 __all__ = [
     "ModelSpec",
@@ -221,13 +222,15 @@ def run_distill(
     return rows, summary
 
 
-def write_sft_examples(items: list[Row], distilled: list[Row], out_dir: Path) -> dict[str, Any]:
-    """TRL conversational judge-SFT examples from the kept traces, by split."""
+def write_sft_examples(
+    items: list[Row], distilled: list[Row], out_dir: Path, prompt: PromptConfig | None = None
+) -> dict[str, Any]:
+    """TRL conversational judge-SFT examples from the kept traces, by split, worded with `prompt`."""
     by_id = {item["id"]: item for item in items}
     counts = {}
     for split in ("train", "val"):
         examples = [
-            to_sft_example(_rebased_item(by_id[row["id"]], out_dir, out_dir / "sft"), row["completion"])
+            to_sft_example(_rebased_item(by_id[row["id"]], out_dir, out_dir / "sft"), row["completion"], prompt)
             for row in distilled
             if row["kept"] and by_id[row["id"]]["meta"]["split"] == split
         ]

@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ConfigError", "config_from_yaml"]
+__all__ = ["ConfigError", "config_from_yaml", "yaml_load"]
 
 T = TypeVar("T")
+
+
+def _yaml_loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """YAML 1.2 booleans: only true/false. YAML 1.1 also reads yes/no/on/off as booleans, which turns
+        `save_strategy: no` into False."""
+
+    bool_tag = "tag:yaml.org,2002:bool"
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != bool_tag]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    return Loader
+
+
+def yaml_load(text: str) -> Any:
+    """Parse YAML text the way config files mean it (see `_yaml_loader`)."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
 
 
 class ConfigError(ValueError):
@@ -27,7 +51,7 @@ def config_from_yaml(cls: type[T], path: str | Path | None = None, overrides: di
         import yaml
 
         try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            loaded = yaml_load(Path(path).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"{where}: cannot read ({exc})") from exc
         if not isinstance(loaded, dict):

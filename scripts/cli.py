@@ -11,9 +11,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scripts import demo, judge_cmd, synth_cmd, tiny_model_cmd
+from scripts import demo, judge_cmd, synth_cmd, tiny_model_cmd, train_cmd
 
-SUBCOMMANDS = (demo, judge_cmd, synth_cmd, tiny_model_cmd)
+SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, tiny_model_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,65 @@
+"""`mrjudge train`: warm-up SFT and judge GRPO recipes over TRL.
+
+    mrjudge train sft  --config configs/judge_sft_tiny.yaml  [key=value …]
+    mrjudge train grpo --config configs/judge_grpo_tiny.yaml [key=value …]
+
+Config files hold `JudgeSFTConfig` / `JudgeGRPOConfig` fields (TRL's SFTConfig / GRPOConfig plus model,
+LoRA, data and resume fields); `key=value` overrides any of them. `--help-fields` lists them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser(
+        "train", help="train a judge: warm-up SFT, then GRPO (TRL)", description=__doc__.split("\n\n")[0]
+    )
+    stages = train.add_subparsers(dest="stage", metavar="STAGE", required=True)
+    for name, what in (
+        ("sft", "warm-up SFT on distilled judge traces"),
+        ("grpo", "GRPO on MC items with the judge reward"),
+    ):
+        p = stages.add_parser(name, help=what, description=f"{what}. Overrides: key=value (values parsed as YAML).")
+        p.add_argument("--config", type=Path, help="YAML with the recipe's fields")
+        p.add_argument("--help-fields", action="store_true", help="list every config field with its help and exit")
+        p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. max_steps=20 use_lora=true")
+        p.set_defaults(run=run, stage=name)
+
+
+def _config_class(stage: str):
+    if stage == "sft":
+        from training.sft import JudgeSFTConfig
+
+        return JudgeSFTConfig
+    from training.grpo import JudgeGRPOConfig
+
+    return JudgeGRPOConfig
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from training.common import load_config
+
+    cls = _config_class(args.stage)
+    if args.help_fields:
+        for f in dataclasses.fields(cls):
+            if f.init:
+                print(f"{f.name}: {f.metadata.get('help', '')}".strip())
+        return 0
+    try:
+        config = load_config(cls, args.config, args.overrides)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.stage == "sft":
+        from training.sft import run_sft as run_stage
+    else:
+        from training.grpo import run_grpo as run_stage
+    result = run_stage(config)
+    print(f"trained {result.global_step} steps (loss {result.training_loss:.4f}) → {config.output_dir}")
+    return 0

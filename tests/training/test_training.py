@@ -1,0 +1,110 @@
+"""A few real SFT and GRPO steps on a tiny judge, LoRA and a frozen vision tower, and resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+from scripts.cli import main
+from training.common import load_config
+from training.grpo import JudgeGRPOConfig, run_grpo
+from training.sft import JudgeSFTConfig, run_sft
+
+CPU = ["use_cpu=true", "bf16=false", "report_to=none", "logging_steps=1", "disable_tqdm=true", "seed=0"]
+
+
+def _sft(tiny_vlm_dir, synth_data, out, *extra):
+    return load_config(
+        JudgeSFTConfig,
+        None,
+        [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'sft' / 'train.jsonl'}", f"output_dir={out}",
+         "per_device_train_batch_size=4", "learning_rate=0.001", "max_length=null", *CPU, *extra],
+    )  # fmt: skip
+
+
+def test_sft_cli_trains_and_writes_its_config(tiny_vlm_dir, synth_data, tmp_path, capsys):
+    out = tmp_path / "sft"
+    args = ["train", "sft", f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'sft' / 'train.jsonl'}",
+            f"output_dir={out}", "max_steps=3", "per_device_train_batch_size=4", "save_strategy=no", *CPU]  # fmt: skip
+    assert main(args) == 0
+    assert "trained 3 steps" in capsys.readouterr().out
+    assert (out / "model.safetensors").exists() and (out / "processor_config.json").exists()
+    assert "max_steps: 3" in (out / "mrjudge_config.yaml").read_text()
+
+
+def test_frozen_vision_with_full_fine_tuning(tiny_vlm_dir, synth_data, tmp_path):
+    before = load_file(str(tiny_vlm_dir / "model.safetensors"))
+    run_sft(_sft(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "freeze_vision=true"))
+    after = load_file(str(tmp_path / "model.safetensors"))
+    vision = [k for k in before if "visual" in k]
+    text = [k for k in before if k.endswith("layers.0.self_attn.q_proj.weight") and "visual" not in k]
+    assert vision and text
+    assert all(torch.equal(before[k], after[k]) for k in vision)
+    assert not torch.equal(before[text[0]], after[text[0]])
+
+
+def test_lora_trains_only_language_adapters(tiny_vlm_dir, synth_data, tmp_path):
+    run_sft(_sft(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "use_lora=true", "lora_r=4"))
+    adapter = load_file(str(tmp_path / "adapter_model.safetensors"))
+    assert adapter and all("lora_" in k for k in adapter)
+    assert not any("visual" in k for k in adapter), "the vision tower's projections share names; they get no adapter"
+
+
+class CrashAt(TrainerCallback):
+    """Stands in for a killed process: stops the run with an exception right after step `step` is saved."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt(f"simulated crash after step {self.step}")
+
+
+def _losses(folder):
+    state = json.loads((folder / "trainer_state.json").read_text())
+    return [row["loss"] for row in state["log_history"] if "loss" in row]
+
+
+def test_sft_resumes_from_its_last_checkpoint(tiny_vlm_dir, synth_data, tmp_path):
+    settings = ("max_steps=6", "save_steps=3", "save_strategy=steps")
+    whole = tmp_path / "whole"
+    run_sft(_sft(tiny_vlm_dir, synth_data, whole, *settings))
+
+    crashed = tmp_path / "crashed"
+    with pytest.raises(KeyboardInterrupt):
+        run_sft(_sft(tiny_vlm_dir, synth_data, crashed, *settings), callbacks=[CrashAt(3)])
+    assert (crashed / "checkpoint-3" / "optimizer.pt").exists() and (
+        crashed / "checkpoint-3" / "rng_state.pth"
+    ).exists()
+    result = run_sft(_sft(tiny_vlm_dir, synth_data, crashed, *settings, "resume=true"))
+    assert result.global_step == 6
+    assert _losses(crashed / "checkpoint-6") == pytest.approx(_losses(whole / "checkpoint-6"), rel=1e-4)
+    a, b = load_file(str(whole / "model.safetensors")), load_file(str(crashed / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_grpo_steps_with_the_judge_reward(tiny_vlm_dir, synth_data, tmp_path):
+    config = load_config(
+        JudgeGRPOConfig,
+        None,
+        [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'rl' / 'train.jsonl'}", f"output_dir={tmp_path}",
+         "max_steps=2", "per_device_train_batch_size=4", "num_generations=4", "max_completion_length=16",
+         "save_strategy=no", *CPU],
+    )  # fmt: skip
+    seen: list[dict] = []
+
+    class Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            seen.append(dict(logs or {}))
+
+    result = run_grpo(config, callbacks=[Record()])
+    assert result.global_step == 2
+    rewards = [row["rewards/judge_reward/mean"] for row in seen if "rewards/judge_reward/mean" in row]
+    assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
+    assert config.reward().max_completion_tokens == 16  # the budget defaults to max_completion_length
+    assert (tmp_path / "model.safetensors").exists()

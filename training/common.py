@@ -1,0 +1,143 @@
+"""What the SFT and GRPO recipes share: the judge-specific config fields, model set-up, config files.
+
+Configs are TRL's own `SFTConfig` / `GRPOConfig` extended with `JudgeModelArguments`' fields, loaded from
+YAML with `key=value` overrides from the command line, so every TRL and `TrainingArguments` option works
+as documented there and the help text of each field is its documentation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from judge.config import yaml_load
+
+__all__ = ["JudgeModelArguments", "latest_checkpoint", "load_config", "prepare_model", "save_resolved_config"]
+
+C = TypeVar("C")
+
+
+@dataclass
+class JudgeModelArguments:
+    """Fields both judge recipes add to TRL's configs."""
+
+    # Model
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Judge to train: a folder or hub id (e.g. Qwen/Qwen2.5-VL-7B-Instruct)."}
+    )
+    freeze_vision: bool = field(
+        default=False, metadata={"help": "Keep the vision tower fixed (train the language side only)."}
+    )
+    # LoRA (PEFT)
+    use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters instead of all weights."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank; higher fits more and costs more memory."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (alpha / r scales the update)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata={"help": "Language-model module names that get adapters (the vision tower never does)."},
+    )
+    # Data
+    train_file: str | None = field(
+        default=None, metadata={"help": "Training data from `mrjudge synth` (sft/train.jsonl or rl/train.jsonl)."}
+    )
+    eval_file: str | None = field(default=None, metadata={"help": "Optional validation data in the same format."})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Resume from the last checkpoint in output_dir (optimizer and RNG state included)."},
+    )
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None) -> C:
+    """`cls` from a YAML file with `key=value` overrides (values parsed as YAML: `max_steps=20`, `use_lora=true`).
+
+    Unknown keys fail with the list of valid ones; TRL's own checks run in `__post_init__`.
+    """
+    from transformers import HfArgumentParser
+
+    values: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of {cls.__name__} fields")
+        values.update(loaded)
+    for override in overrides or []:
+        key, sep, value = override.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {override!r} must look like key=value (e.g. max_steps=20)")
+        values[key.strip()] = yaml_load(value)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown {cls.__name__} field(s) {unknown}; see `mrjudge train … --help-fields` for the valid ones"
+        )
+    for name in ("model_name_or_path", "train_file"):
+        if not values.get(name):
+            raise ValueError(f"{cls.__name__}.{name} is required (set it in the YAML or as {name}=…)")
+    (config,) = HfArgumentParser(cls).parse_dict(values, allow_extra_keys=False)
+    return config
+
+
+def save_resolved_config(config: Any, output_dir: str | Path) -> Path:
+    """Write every field's final value next to the checkpoints, so a run can be reproduced from its folder."""
+    path = Path(output_dir) / "mrjudge_config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = config.to_dict()  # TrainingArguments' own serialisation: enums as their values, no secrets
+    plain = json.loads(json.dumps(values, default=str))
+    path.write_text(f"# resolved {type(config).__name__}\n" + yaml.safe_dump(plain, sort_keys=True))
+    return path
+
+
+def latest_checkpoint(output_dir: str | Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+
+
+def prepare_model(
+    args: JudgeModelArguments, *, dtype: Any = None, checkpoint: str | None = None
+) -> tuple[Any, Any, Any]:
+    """Load the judge and its processor; freeze the vision tower and/or build a LoRA config as asked.
+
+    `checkpoint` (when resuming full fine-tuning) is where the weights come from: `Trainer` restores a
+    checkpoint with a non-strict `load_state_dict`, and Qwen2.5-VL checkpoints are saved under renamed
+    keys (`model.layers…` for `model.language_model.layers…`), so its own restore silently keeps the
+    *initial* weights. `from_pretrained` applies the renaming. LoRA checkpoints hold adapters only and
+    are restored by the trainer.
+
+    Returns (model, processor, peft_config or None) — the trainer applies the PEFT config itself.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from judge.models import load_processor
+
+    path = args.model_name_or_path
+    is_vlm = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
+    auto = AutoModelForImageTextToText if is_vlm else AutoModelForCausalLM
+    weights = checkpoint if checkpoint and not args.use_lora else path
+    model = auto.from_pretrained(weights, dtype=dtype or torch.float32)
+    processor = load_processor(path, is_vlm=is_vlm)
+    if args.freeze_vision and is_vlm:
+        visual = getattr(model, "visual", None) or model.model.visual
+        for param in visual.parameters():
+            param.requires_grad_(False)
+    peft_config = None
+    if args.use_lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=args.lora_r,
+            lora_alpha=args.lora_alpha,
+            lora_dropout=args.lora_dropout,
+            # A regex, so the vision tower's projections (which share these names) stay frozen.
+            target_modules=rf"^(?!.*visual).*\.({'|'.join(args.lora_target_modules)})$",
+            task_type="CAUSAL_LM",
+        )
+    return model, processor, peft_config

@@ -1,0 +1,101 @@
+"""Judge GRPO on multiple-choice items (TRL `GRPOTrainer`) with MR. Judge's reward.
+
+    mrjudge train grpo --config configs/judge_grpo_tiny.yaml
+    accelerate launch --config_file configs/accelerate/zero3.yaml -m scripts.cli train grpo --config configs/judge_grpo_qwen2_5_vl_7b.yaml
+
+The data are `rl/train.jsonl` items from `mrjudge synth assemble`; the reward is
+`training.rewards.JudgeReward`: 0.9 · correct + 0.1 · well-formed, 0 past the length budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from judge.prompt import PromptConfig
+from training.common import JudgeModelArguments, latest_checkpoint, prepare_model, save_resolved_config
+from training.data import load_grpo_dataset
+from training.rewards import JudgeReward
+
+__all__ = ["JudgeGRPOConfig", "build_grpo_trainer", "run_grpo"]
+
+
+@dataclass
+class JudgeGRPOConfig(JudgeModelArguments, GRPOConfig):
+    """TRL's `GRPOConfig` plus the judge fields and the reward's weights and budget."""
+
+    accuracy_weight: float = field(default=0.9, metadata={"help": "Reward for choosing the labelled option."})
+    format_weight: float = field(
+        default=0.1, metadata={"help": "Reward for a well-formed <think>…</think><answer>X</answer>."}
+    )
+    reward_max_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Completions reaching this many tokens earn 0 (default: max_completion_length)."},
+    )
+    prompt_instruction: str | None = field(
+        default=None, metadata={"help": "Judge prompt's first paragraph (default: judge.prompt's)."}
+    )
+    prompt_criteria: str | None = field(
+        default=None, metadata={"help": "Ranking criteria paragraph (default: judge.prompt's; '' omits it)."}
+    )
+    prompt_answer_format: str | None = field(
+        default=None, metadata={"help": "Answer-format paragraph (default: judge.prompt's)."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.accuracy_weight < 0 or self.format_weight < 0:
+            raise ValueError(f"reward weights must be >= 0, got {self.accuracy_weight} and {self.format_weight}")
+
+    def prompt_config(self) -> PromptConfig:
+        """The judge prompt's wording; it must match the SFT data's (`SynthConfig.prompt`)."""
+        default = PromptConfig()
+        return PromptConfig(
+            instruction=self.prompt_instruction if self.prompt_instruction is not None else default.instruction,
+            criteria=(self.prompt_criteria or None) if self.prompt_criteria is not None else default.criteria,
+            answer_format=self.prompt_answer_format if self.prompt_answer_format is not None else default.answer_format,
+        )
+
+    def reward(self) -> JudgeReward:
+        return JudgeReward(
+            accuracy_weight=self.accuracy_weight,
+            format_weight=self.format_weight,
+            max_completion_tokens=self.reward_max_tokens or self.max_completion_length,
+        )
+
+
+def build_grpo_trainer(
+    config: JudgeGRPOConfig, *, callbacks: list[Any] | None = None, checkpoint: str | None = None
+) -> Any:
+    import torch
+    from trl import GRPOTrainer
+
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
+    # TRL left-pads prompt ids and re-encodes the images with the processor's own padding: the two must
+    # agree, or Qwen2.5-VL's mm_token_type_ids land beside the image tokens and the rotary index fails.
+    getattr(processor, "tokenizer", processor).padding_side = "left"
+    train = load_grpo_dataset(config.train_file, config.prompt_config())
+    evaluation = load_grpo_dataset(config.eval_file, config.prompt_config()) if config.eval_file else None
+    return GRPOTrainer(
+        model=model,
+        args=config,
+        reward_funcs=[config.reward()],
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=processor,
+        peft_config=peft_config,
+        callbacks=callbacks,
+    )
+
+
+def run_grpo(config: JudgeGRPOConfig, *, callbacks: list[Any] | None = None) -> Any:
+    checkpoint = latest_checkpoint(config.output_dir) if config.resume else None
+    trainer = build_grpo_trainer(config, callbacks=callbacks, checkpoint=checkpoint)
+    save_resolved_config(config, config.output_dir)
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(config.output_dir)
+    trainer.processing_class.save_pretrained(config.output_dir)
+    return result
