@@ -8,7 +8,9 @@ and after GRPO. Prints one JSON line; saves loss and reward curves as PNG beside
     python benchmarks/learning_curve.py --out runs/learning_curve
 
 The judge prompt is the compact one (`COMPACT_PROMPT`): the model is tiny and the CPU slow, so every
-prompt token costs steps; the recipe is otherwise the real one.
+prompt token costs steps; the recipe is otherwise the real one. Accuracy counts an item the judge could
+not decide (no parsable answer in either order) as a coin flip, 0.5, so an untrained judge that never
+answers scores chance; `heldout_accuracy_strict` counts it as wrong.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     items, _ = run_assemble(
         world, world, AssembleConfig(max_options=args.max_options, val_fraction=args.val_fraction, seed=args.seed)
     )
-    distilled, summary = run_distill(world, world, reasoner="scene", show_progress=False)
+    distilled, summary = run_distill(
+        world, world, reasoner="scene", reasoner_style=args.reasoner_style, show_progress=False
+    )
     write_sft_examples(items, distilled, world, prompt=COMPACT_PROMPT)
     return {"items": len(items), "kept_fraction": summary["kept_fraction"]}
 
@@ -110,8 +114,13 @@ def evaluate(model_dir: Path, items: list[Any], image_root: Path, batch_size: in
         calls[0] += sum(v == item.label for v in verdict.votes)
         calls[1] += len(verdict.votes)
     n = len(items)
+    correct = sum(v.choice == i.label for v, i in zip(verdicts, items))
+    undecided = sum(v.choice is None for v in verdicts)
     return {
-        "accuracy": sum(v.choice == i.label for v, i in zip(verdicts, items)) / n,
+        # A judge that cannot decide is a coin flip: undecided items count 0.5 (pairwise chance).
+        "accuracy": (correct + 0.5 * undecided) / n,
+        "accuracy_strict": correct / n,
+        "undecided": undecided,
         "call_accuracy": calls[0] / calls[1],
         "order_consistency": sum(bool(v.consistent) for v in verdicts) / n,
         "unparsed_calls": sum(v is None for verdict in verdicts for v in verdict.votes),
@@ -167,6 +176,7 @@ def main() -> None:
     parser.add_argument("--world-n", type=int, default=4000, help="records of those kinds")
     parser.add_argument("--image-size", type=int, default=84, help="84 px → 9 image tokens per picture")
     parser.add_argument("--max-options", type=int, default=2)
+    parser.add_argument("--reasoner-style", default="restate", help="scene reasoner layout: restate or diff")
     parser.add_argument("--val-fraction", type=float, default=0.08)
     parser.add_argument("--heldout-n", type=int, default=240)
     parser.add_argument("--sft-steps", type=int, default=1500)
@@ -257,6 +267,8 @@ def main() -> None:
         "sft_accuracy": round(after_sft["accuracy"], 4),
         "sft_order_consistency": round(after_sft["order_consistency"], 4),
         "untrained_accuracy": round(untrained["accuracy"], 4),
+        "untrained_undecided": untrained["undecided"],
+        "heldout_accuracy_strict": round(final["accuracy_strict"], 4),
         "per_kind": final["per_kind"],
         "call_accuracy": round(final["call_accuracy"], 4),
         "unparsed_calls": final["unparsed_calls"],

@@ -56,9 +56,15 @@ class Rewriter(Protocol):
 
 
 class SceneReasoner:
-    """The synthetic world's deterministic reasoner: checks every option against the scene (no hint needed)."""
+    """The synthetic world's deterministic reasoner: checks every option against the scene (no hint needed).
 
-    tag = "scene_reasoner"
+    `style` is `world.scene_reasoner`'s: "diff" (natural sentences) or "restate" (facts restated per
+    option, easiest for tiny models to learn).
+    """
+
+    def __init__(self, style: str = "diff") -> None:
+        self.style = style
+        self.tag = f"scene_reasoner:{style}"
 
     def __call__(self, items: list[Row]) -> list[str]:
         from data_synthesis.world import Scene, Task, scene_reasoner
@@ -70,11 +76,8 @@ class SceneReasoner:
                 raise ValueError(
                     f"item {item['id']!r} has no synthetic-world scene; use --reasoner model for other data"
                 )
-            out.append(
-                scene_reasoner(
-                    Scene.from_dict(world["scene"]), Task.from_dict(world["task"]), item["question"], item["candidates"]
-                )
-            )
+            scene, task = Scene.from_dict(world["scene"]), Task.from_dict(world["task"])
+            out.append(scene_reasoner(scene, task, item["question"], item["candidates"], style=self.style))
         return out
 
 

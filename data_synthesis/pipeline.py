@@ -173,6 +173,7 @@ def run_distill(
     out_dir: str | Path,
     *,
     reasoner: str = "scene",
+    reasoner_style: str = "diff",
     reasoner_model: ModelSpec | None = None,
     rewriter: str = "rules",
     rewriter_model: ModelSpec | None = None,
@@ -193,7 +194,7 @@ def run_distill(
     out_dir = Path(out_dir)
     items = load_rows(input_dir, "items", out_dir)
     if reasoner == "scene":
-        reason = SceneReasoner()
+        reason = SceneReasoner(reasoner_style)
     elif reasoner == "model" and reasoner_model is not None:
         reason = ModelReasoner(reasoner_model.build())
     else:
@@ -253,6 +254,8 @@ class SynthConfig:
     negatives_n: int = 3
     describer: str = "scene"
     reasoner: str = "scene"
+    reasoner_style: str = "diff"
+    """The scene reasoner's trace layout: "diff" (sentences) or "restate" (facts per option)."""
     rewriter: str = "rules"
     model: dict[str, Any] | None = None
     """ModelSpec fields for the MLLM stages (model negatives, model describer)."""
@@ -303,6 +306,7 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         out,
         out,
         reasoner=config.reasoner,
+        reasoner_style=config.reasoner_style,
         reasoner_model=spec(config.reasoner_model),
         rewriter=config.rewriter,
         rewriter_model=spec(config.rewriter_model),

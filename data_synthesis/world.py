@@ -573,17 +573,39 @@ def _seen(scene: Scene, task: Task) -> str:
     return f"{_join([_phrase(scene, t) for t in texts])}; {' + '.join(map(str, numbers))} = {sum(numbers)}"
 
 
-def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str]) -> str:
+def _restated(tokens: list[str]) -> str:
+    """An answer's facts without filler words: `The square at the top left is red.` → `square top left red`."""
+    return " ".join(t.lower() for t in tokens if t.lower() not in _FILLER)
+
+
+REASONER_STYLES = ("diff", "restate")
+
+
+def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], style: str = "diff") -> str:
     """A judge trace computed from the scene: what the image shows, then one verdict per option.
 
     Each option is compared, word by word, with the answer the scene implies (`question` is implied by
     `task` and only kept for the reasoner signature). An exact match (ignoring case and spacing) wins;
     if none matches, the closest option by `difflib` ratio wins, the earliest on ties.
+
+    Styles: "diff" names each wrong option's first difference in words ("A: says blue, but it is red,
+    no."); "restate" states the true facts, then restates every option's facts in the same order and
+    form and says yes or no ("Image: square top left red. A: square top left blue, no. B: square top
+    left red, yes.") — the same decision, laid out so that a tiny model can compare token by token.
     """
+    if style not in REASONER_STYLES:
+        raise ValueError(f"style must be one of {REASONER_STYLES}, got {style!r}")
     truth = _TOKEN.findall(_answer(scene, task))
     letters = option_letters(len(options))
     tokens = [_TOKEN.findall(o) for o in options]
-    lines = [_verdict(letter, truth, t) for letter, t in zip(letters, tokens)]
+    if style == "restate":
+        facts = _restated(truth)
+        lines = [
+            f"{letter}: {_restated(t)}, {'yes' if _restated(t) == facts else 'no'}."
+            for letter, t in zip(letters, tokens)
+        ]
+    else:
+        lines = [_verdict(letter, truth, t) for letter, t in zip(letters, tokens)]
     low = [x.lower() for x in truth]
     exact = [i for i, t in enumerate(tokens) if [x.lower() for x in t] == low]
     if exact:
@@ -592,4 +614,5 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str]) 
         ratios = [difflib.SequenceMatcher(None, low, [x.lower() for x in t], autojunk=False).ratio() for t in tokens]
         best = ratios.index(max(ratios))
         lines.append(f"None is right; {letters[best]} is closest.")
-    return f"<think>Image: {_seen(scene, task)}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"
+    seen = _restated(truth) if style == "restate" else _seen(scene, task)
+    return f"<think>Image: {seen}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"

@@ -102,6 +102,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     _job_args(p)
     p.add_argument("--reasoner", choices=("model", "scene"), default="scene")
+    p.add_argument(
+        "--reasoner-style", choices=("diff", "restate"), default="diff", help="scene reasoner's trace layout"
+    )
     _model_args(p, "reasoner")
     p.add_argument("--rewriter", choices=("model", "rules"), default="rules")
     _model_args(p, "rewriter")
@@ -209,6 +212,7 @@ def run_distill(args: argparse.Namespace) -> int:
         args.input,
         args.out,
         reasoner=args.reasoner,
+        reasoner_style=args.reasoner_style,
         reasoner_model=_spec(args.reasoner_model, args.reasoner_backend),
         rewriter=args.rewriter,
         rewriter_model=_spec(args.rewriter_model, args.rewriter_backend),

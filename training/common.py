@@ -17,7 +17,14 @@ import yaml
 
 from judge.config import yaml_load
 
-__all__ = ["JudgeModelArguments", "latest_checkpoint", "load_config", "prepare_model", "save_resolved_config"]
+__all__ = [
+    "JudgeModelArguments",
+    "latest_checkpoint",
+    "load_config",
+    "prepare_model",
+    "run_recipe",
+    "save_resolved_config",
+]
 
 C = TypeVar("C")
 
@@ -141,3 +148,18 @@ def prepare_model(
             task_type="CAUSAL_LM",
         )
     return model, processor, peft_config
+
+
+def run_recipe(build: Any, config: Any, callbacks: list[Any] | None = None) -> Any:
+    """Build a trainer with `build(config, callbacks=…, checkpoint=…)`, train, save judge and processor.
+
+    With `config.resume`, training continues from the last checkpoint in `output_dir`: the weights come
+    from it (see `prepare_model`), and optimizer, scheduler, RNG and step count from the trainer's restore.
+    """
+    checkpoint = latest_checkpoint(config.output_dir) if config.resume else None
+    trainer = build(config, callbacks=callbacks, checkpoint=checkpoint)
+    save_resolved_config(config, config.output_dir)
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(config.output_dir)
+    trainer.processing_class.save_pretrained(config.output_dir)
+    return result

@@ -15,7 +15,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from judge.prompt import PromptConfig
-from training.common import JudgeModelArguments, latest_checkpoint, prepare_model, save_resolved_config
+from training.common import JudgeModelArguments, prepare_model, run_recipe
 from training.data import load_grpo_dataset
 from training.rewards import JudgeReward
 
@@ -92,10 +92,5 @@ def build_grpo_trainer(
 
 
 def run_grpo(config: JudgeGRPOConfig, *, callbacks: list[Any] | None = None) -> Any:
-    checkpoint = latest_checkpoint(config.output_dir) if config.resume else None
-    trainer = build_grpo_trainer(config, callbacks=callbacks, checkpoint=checkpoint)
-    save_resolved_config(config, config.output_dir)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(config.output_dir)
-    trainer.processing_class.save_pretrained(config.output_dir)
-    return result
+    """Train (resuming when `config.resume`); save the judge and its processor."""
+    return run_recipe(build_grpo_trainer, config, callbacks)

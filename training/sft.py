@@ -15,7 +15,7 @@ from typing import Any
 
 from trl import SFTConfig
 
-from training.common import JudgeModelArguments, latest_checkpoint, prepare_model, save_resolved_config
+from training.common import JudgeModelArguments, prepare_model, run_recipe
 from training.data import load_sft_dataset
 
 __all__ = ["JudgeSFTConfig", "build_sft_trainer", "run_sft"]
@@ -56,10 +56,4 @@ def build_sft_trainer(
 
 def run_sft(config: JudgeSFTConfig, *, callbacks: list[Any] | None = None) -> Any:
     """Train, resuming from the last checkpoint when `config.resume`; save the judge and its processor."""
-    checkpoint = latest_checkpoint(config.output_dir) if config.resume else None
-    trainer = build_sft_trainer(config, callbacks=callbacks, checkpoint=checkpoint)
-    save_resolved_config(config, config.output_dir)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(config.output_dir)
-    trainer.processing_class.save_pretrained(config.output_dir)
-    return result
+    return run_recipe(build_sft_trainer, config, callbacks)

@@ -116,3 +116,12 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_vlm_dir, tmp_path)
     assert (killed / "negatives.jsonl").read_bytes() == (whole / "negatives.jsonl").read_bytes()
     summary = json.loads((killed / "negatives.summary.json").read_text())
     assert summary["n_processed_now"] == 24 - done_before
+
+
+def test_reasoner_style_reaches_the_traces(tmp_path):
+    from data_synthesis.pipeline import SynthConfig, run_all
+
+    run_all(SynthConfig(out=str(tmp_path), world_n=10, reasoner_style="restate"), show_progress=False)
+    rows = _read(tmp_path / "distilled.jsonl")
+    assert all(r["versions"]["reason"] == "scene_reasoner:restate" for r in rows)
+    assert all(r["completion"].count(", yes.") == 1 for r in rows if r["kept"])

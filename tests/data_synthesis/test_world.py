@@ -350,3 +350,20 @@ def test_reasoner_falls_back_to_the_closest_option():
     options = ["The numbers are 3 and 5, and 3 + 5 = 9.", "I think it is about twelve."]
     out = scene_reasoner(WORDS, task, "", options)
     assert "None is right; A is closest." in out and parse_choice(out, 2) == 0
+
+
+def test_restate_style_decides_like_diff_style():
+    from data_synthesis.world import make_item, scene_negatives, scene_reasoner
+    from judge.parser import parse_choice
+
+    for index in range(100):
+        item = make_item(index, 5, image_path="x.png")
+        negatives = scene_negatives(item, 2, random.Random(index))
+        options = [n.text for n in negatives]
+        options.insert(index % (len(options) + 1), item.record.answer)
+        diff = scene_reasoner(item.scene, item.task, item.record.question, options, style="diff")
+        restate = scene_reasoner(item.scene, item.task, item.record.question, options, style="restate")
+        assert (
+            parse_choice(diff, len(options)) == parse_choice(restate, len(options)) == options.index(item.record.answer)
+        )
+        assert restate.count(", yes.") == 1 and restate.count(", no.") == len(options) - 1

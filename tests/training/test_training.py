@@ -29,8 +29,10 @@ def _sft(tiny_vlm_dir, synth_data, out, *extra):
 def test_sft_cli_trains_and_writes_its_config(tiny_vlm_dir, synth_data, tmp_path, capsys):
     out = tmp_path / "sft"
     args = ["train", "sft", f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'sft' / 'train.jsonl'}",
-            f"output_dir={out}", "max_steps=3", "per_device_train_batch_size=4", "save_strategy=no", *CPU]  # fmt: skip
+            f"output_dir={out}", "max_steps=3", "per_device_train_batch_size=4", "save_strategy=no", *CPU,
+            "report_to=tensorboard"]  # fmt: skip
     assert main(args) == 0
+    assert list(out.rglob("events.out.tfevents.*")), "TensorBoard logs are written offline"
     assert "trained 3 steps" in capsys.readouterr().out
     assert (out / "model.safetensors").exists() and (out / "processor_config.json").exists()
     assert "max_steps: 3" in (out / "mrjudge_config.yaml").read_text()
