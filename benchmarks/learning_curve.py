@@ -208,7 +208,6 @@ def main() -> None:
         use_cpu=True,
         bf16=False,
         report_to="none",
-        logging_steps=10,
         save_strategy="no",
         seed=args.seed,
         dataloader_num_workers=0,
@@ -225,6 +224,7 @@ def main() -> None:
         warmup_steps=int(0.03 * args.sft_steps),
         weight_decay=0.0,
         max_length=None,
+        logging_steps=10,
         **common,
     )
     sft_start = time.perf_counter()
@@ -248,6 +248,7 @@ def main() -> None:
             prompt_instruction=COMPACT_PROMPT.instruction,  # the wording the SFT data used
             prompt_criteria="",
             prompt_answer_format=COMPACT_PROMPT.answer_format,
+            logging_steps=2,
             **common,
         )
         run_grpo(grpo, callbacks=[history["grpo"].callback()])

@@ -277,6 +277,10 @@ class SynthConfig:
             )
 
 
+def _spec(fields: dict[str, Any] | None) -> ModelSpec | None:
+    return None if fields is None else ModelSpec(**fields)
+
+
 def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any]:
     """Run every stage into `config.out`; finished stages resume (skip their done ids)."""
     out = Path(config.out)
@@ -289,27 +293,26 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         from data_synthesis.sources import write_records
 
         write_records(config.source, out)
-    spec = lambda d: None if d is None else ModelSpec(**d)  # noqa: E731
     common = dict(batch_size=config.batch_size, show_progress=show_progress)
     summaries["negatives"] = run_negatives(
         out,
         out,
         generator=config.negatives_generator,
-        model=spec(config.model),
+        model=_spec(config.model),
         n=config.negatives_n,
         seed=config.seed,
         **common,
     )[1]
-    summaries["described"] = run_describe(out, out, describer=config.describer, model=spec(config.model), **common)[1]
+    summaries["described"] = run_describe(out, out, describer=config.describer, model=_spec(config.model), **common)[1]
     summaries["items"] = run_assemble(out, out, AssembleConfig(**{"seed": config.seed, **config.assemble}))[1]
     summaries["distilled"] = run_distill(
         out,
         out,
         reasoner=config.reasoner,
         reasoner_style=config.reasoner_style,
-        reasoner_model=spec(config.reasoner_model),
+        reasoner_model=_spec(config.reasoner_model),
         rewriter=config.rewriter,
-        rewriter_model=spec(config.rewriter_model),
+        rewriter_model=_spec(config.rewriter_model),
         **common,
     )[1]
     write_json_atomic(out / "synth.summary.json", summaries)

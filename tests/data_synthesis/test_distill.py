@@ -67,7 +67,6 @@ def _check(rows, items):
         assert row["kept"] == (item["label"] == 1), row
         assert row["drop_reason"] in (None, "wrong_answer")
         assert row["versions"]["reason"] == "reason@v1"
-        assert "Hint" in ModelReasoner.__module__ or True
         if row["kept"]:
             assert row["completion"].startswith("<think>") and row["completion"].endswith("<answer>B</answer>")
             assert "hint" not in row["completion"].lower()
