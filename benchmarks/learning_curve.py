@@ -176,7 +176,9 @@ def main() -> None:
     parser.add_argument("--world-n", type=int, default=4000, help="records of those kinds")
     parser.add_argument("--image-size", type=int, default=84, help="84 px → 9 image tokens per picture")
     parser.add_argument("--max-options", type=int, default=2)
-    parser.add_argument("--reasoner-style", default="diff", help="scene reasoner layout: diff (measured best) or restate")
+    parser.add_argument(
+        "--reasoner-style", default="diff", help="scene reasoner layout: diff (measured best) or restate"
+    )
     parser.add_argument("--val-fraction", type=float, default=0.08)
     parser.add_argument("--heldout-n", type=int, default=200)
     parser.add_argument("--sft-steps", type=int, default=1500)
