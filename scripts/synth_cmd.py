@@ -172,6 +172,7 @@ def run_negatives(args: argparse.Namespace) -> int:
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,
         max_attempts=args.max_attempts,
+        max_new_tokens=args.max_new_tokens,
     )
     return _print(summary)
 
