@@ -27,11 +27,12 @@ class ModelDescriber:
         self.backend, self.max_new_tokens, self.image_root = backend, max_new_tokens, image_root
 
     def __call__(self, rows: list[Row]) -> list[Row]:
-        requests = []
-        for row in rows:
-            images = [load_image(row["image"], self.image_root)] if row.get("image") is not None else []
-            content = [{"type": "image"} for _ in images] + [{"type": "text", "text": DESCRIBE.template}]
-            requests.append(ChatRequest(messages=[{"role": "user", "content": content}], images=images))
+        requests = [
+            ChatRequest.user(
+                DESCRIBE.template, [load_image(row["image"], self.image_root)] if row.get("image") is not None else []
+            )
+            for row in rows
+        ]
         replies = self.backend.generate(requests, SamplingParams(max_new_tokens=self.max_new_tokens))
         meta = {"describer": self.name, "prompt": DESCRIBE.tag}
         return [

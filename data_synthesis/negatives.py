@@ -147,20 +147,19 @@ class ModelNegatives:
 
     def _request(self, row: Row) -> ChatRequest:
         images = [load_image(row["image"], self.image_root)] if row.get("image") is not None else []
-        text = NEGATIVES.format(n=str(self.n), question=row["question"], answer=row["answer"])
-        content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
-        return ChatRequest(messages=[{"role": "user", "content": content}], images=images)
+        return ChatRequest.user(NEGATIVES.format(n=str(self.n), question=row["question"], answer=row["answer"]), images)
 
     def __call__(self, rows: list[Row]) -> list[Row]:
         kept: dict[str, list[Negative]] = {row["id"]: [] for row in rows}
         rejected: dict[str, Counter] = {row["id"]: Counter() for row in rows}
         attempts: dict[str, int] = {row["id"]: 0 for row in rows}
+        requests = {row["id"]: self._request(row) for row in rows}  # images decoded once, reused by retries
         pending = list(rows)
         for attempt in range(self.max_attempts):
             if not pending:
                 break
             params = SamplingParams(self.max_new_tokens, self.temperature, seed=self.seed * 1000 + attempt)
-            replies = self.backend.generate([self._request(row) for row in pending], params)
+            replies = self.backend.generate([requests[row["id"]] for row in pending], params)
             for row, reply in zip(pending, replies):
                 attempts[row["id"]] += 1
                 parsed = parse_negatives_reply(reply.text)

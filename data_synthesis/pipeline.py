@@ -42,11 +42,15 @@ class ModelSpec:
     """hf, openai or vllm; default: openai for URLs, hf otherwise."""
     options: dict[str, Any] = field(default_factory=dict)
     """Backend constructor options (device, max_concurrency, api_key, …)."""
+    _built: Any = field(default=None, init=False, repr=False, compare=False)
 
     def build(self) -> Any:
-        from judge.backends import make_backend
+        """The backend, made once: stages that share a spec share one loaded model."""
+        if self._built is None:
+            from judge.backends import make_backend
 
-        return make_backend(self.model, self.backend, **self.options)
+            self._built = make_backend(self.model, self.backend, **self.options)
+        return self._built
 
 
 def _rebase(rows: list[Row], src: Path, dst: Path) -> list[Row]:
@@ -294,16 +298,17 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
 
         write_records(config.source, out)
     common = dict(batch_size=config.batch_size, show_progress=show_progress)
+    mllm = _spec(config.model)  # one spec (so one loaded model) for negatives and descriptions
     summaries["negatives"] = run_negatives(
         out,
         out,
         generator=config.negatives_generator,
-        model=_spec(config.model),
+        model=mllm,
         n=config.negatives_n,
         seed=config.seed,
         **common,
     )[1]
-    summaries["described"] = run_describe(out, out, describer=config.describer, model=_spec(config.model), **common)[1]
+    summaries["described"] = run_describe(out, out, describer=config.describer, model=mllm, **common)[1]
     summaries["items"] = run_assemble(out, out, AssembleConfig(**{"seed": config.seed, **config.assemble}))[1]
     summaries["distilled"] = run_distill(
         out,

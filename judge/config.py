@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ConfigError", "config_from_yaml", "yaml_load"]
+__all__ = ["ConfigError", "config_from_yaml", "config_values", "yaml_load"]
 
 T = TypeVar("T")
 
@@ -39,11 +39,16 @@ class ConfigError(ValueError):
     """A config file or override that does not fit its dataclass."""
 
 
-def config_from_yaml(cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> T:
-    """Build `cls` from a YAML mapping (optional) with `overrides` on top.
+def config_values(
+    cls: type,
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    fields_hint: str | None = None,
+) -> dict[str, Any]:
+    """The field values for `cls`: a YAML mapping (optional) with `overrides` on top, unknown keys refused.
 
-    Unknown keys are refused with the list of valid ones; the dataclass's own `__post_init__` checks then
-    run, and their messages are passed on with the file name.
+    The refusal lists the valid fields, or says `fields_hint` instead (for configs with hundreds of them).
     """
     values: dict[str, Any] = {}
     where = str(path) if path else "config"
@@ -61,8 +66,19 @@ def config_from_yaml(cls: type[T], path: str | Path | None = None, overrides: di
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"{where}: unknown {cls.__name__} field(s) {unknown}; valid fields: {sorted(known)}")
+        hint = fields_hint or f"valid fields: {sorted(known)}"
+        raise ConfigError(f"{where}: unknown {cls.__name__} field(s) {unknown}; {hint}")
+    return values
+
+
+def config_from_yaml(cls: type[T], path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> T:
+    """Build `cls` from a YAML mapping (optional) with `overrides` on top.
+
+    Unknown keys are refused with the list of valid ones; the dataclass's own `__post_init__` checks then
+    run, and their messages are passed on with the file name.
+    """
+    values = config_values(cls, path, overrides)
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+        raise ConfigError(f"{str(path) if path else 'config'}: {exc}") from exc

@@ -7,7 +7,6 @@ as documented there and the help text of each field is its documentation.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from judge.config import yaml_load
+from judge.config import config_values, yaml_load
 
 __all__ = [
     "JudgeModelArguments",
@@ -67,23 +66,13 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     """
     from transformers import HfArgumentParser
 
-    values: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of {cls.__name__} fields")
-        values.update(loaded)
+    parsed: dict[str, Any] = {}
     for override in overrides or []:
         key, sep, value = override.partition("=")
         if not sep or not key:
             raise ValueError(f"override {override!r} must look like key=value (e.g. max_steps=20)")
-        values[key.strip()] = yaml_load(value)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(
-            f"unknown {cls.__name__} field(s) {unknown}; see `mrjudge train … --help-fields` for the valid ones"
-        )
+        parsed[key.strip()] = yaml_load(value)
+    values = config_values(cls, path, parsed, fields_hint="see `mrjudge train … --help-fields` for the valid ones")
     for name in ("model_name_or_path", "train_file"):
         if not values.get(name):
             raise ValueError(f"{cls.__name__}.{name} is required (set it in the YAML or as {name}=…)")

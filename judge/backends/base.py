@@ -59,6 +59,13 @@ class ChatRequest:
     n_options: int | None = None
     """When set, the backend returns the log-prob of each of the `n_options` labels at the answer."""
 
+    @classmethod
+    def user(cls, text: str, images: Sequence[Any] = ()) -> ChatRequest:
+        """One user turn: a placeholder per image, then the text."""
+        content: list[dict[str, Any]] = [{"type": "image"} for _ in images]
+        content.append({"type": "text", "text": text})
+        return cls(messages=[{"role": "user", "content": content}], images=list(images))
+
 
 @dataclass
 class Generation:
