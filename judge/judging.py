@@ -32,7 +32,7 @@ from judge.parser import extract_reasoning, parse_choice
 from judge.prompt import PromptConfig, build_messages
 from judge.types import MCItem, Verdict
 
-__all__ = ["Judge", "JudgeConfig", "display_orders"]
+__all__ = ["Judge", "JudgeConfig", "display_orders", "item_rng"]
 
 
 @dataclass
@@ -78,7 +78,7 @@ class JudgeConfig:
         SamplingParams(self.max_new_tokens, self.temperature, self.top_p)  # validates the decoding fields
 
 
-def _item_rng(seed: int, item_id: object, salt: str = "") -> random.Random:
+def item_rng(seed: int, item_id: object, salt: str = "") -> random.Random:
     """A generator that depends only on (seed, item id): verdicts do not change with batching or order."""
     return random.Random(zlib.crc32(f"{seed}\x00{item_id}\x00{salt}".encode()))
 
@@ -194,7 +194,7 @@ class Judge:
 
     def _orders_for(self, item: MCItem) -> list[list[int]]:
         n_orders = self.config.orders or 2
-        rng = _item_rng(self.config.seed, item.id, "orders")
+        rng = item_rng(self.config.seed, item.id, "orders")
         return display_orders(len(item.candidates), n_orders, rng=rng, permutation=self.config.permutation)
 
     def _requests_for(self, item: MCItem, orders: list[list[int]]) -> list[ChatRequest]:
@@ -214,7 +214,7 @@ class Judge:
             max_new_tokens=self.config.max_new_tokens,
             temperature=self.config.temperature,
             top_p=self.config.top_p,
-            seed=_item_rng(self.config.seed, items[0].id, "sampling").randrange(2**31) if items else None,
+            seed=item_rng(self.config.seed, items[0].id, "sampling").randrange(2**31) if items else None,
         )
         generations = self.backend.generate(requests, params)
         if len(generations) != len(requests):
@@ -269,7 +269,7 @@ class Judge:
         if probs is not None:
             top = max(probs[c] for c in tied)
             tied = [c for c in tied if probs[c] == top]
-        return tied[0] if len(tied) == 1 else _item_rng(self.config.seed, item.id, "tie").choice(tied)
+        return tied[0] if len(tied) == 1 else item_rng(self.config.seed, item.id, "tie").choice(tied)
 
     def _scores(self, item: MCItem, verdict: Verdict) -> list[float]:
         k = len(item.candidates)

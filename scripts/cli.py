@@ -3,6 +3,7 @@
 mrjudge demo                       # the main job on the embedded default (no downloads)
 mrjudge tiny-model --out runs/tiny-judge
 mrjudge judge --model runs/tiny-judge --input items.jsonl --output verdicts.jsonl
+mrjudge eval vl-rewardbench --model runs/tiny-judge --data test.parquet --out runs/vlrb
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scripts import demo, judge_cmd, synth_cmd, tiny_model_cmd, train_cmd
+from scripts import demo, eval_cmd, judge_cmd, synth_cmd, tiny_model_cmd, train_cmd
 
-SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, tiny_model_cmd)
+SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, tiny_model_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,173 @@
+"""What every benchmark run shares: resumable predictions, `metrics.json`, `report.md`, PNG charts.
+
+A run directory looks the same for every benchmark:
+
+    OUT/predictions.jsonl   one line per item, with the raw judge text (resumable: finished ids are skipped)
+    OUT/metrics.json        flat keys; accuracies in [0, 1], plus `n` and `unparsed`
+    OUT/report.md           a table of this run beside the published reference rows
+    OUT/*.png               per-category bars (and consistency where it applies)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from judge.jsonl import InputError, ResumableJsonlWriter, read_jsonl
+from judge.judging import item_rng
+
+__all__ = [
+    "bar_chart",
+    "item_rng",
+    "markdown_table",
+    "progress_bar",
+    "read_decisions",
+    "read_predictions",
+    "resumable_predictions",
+    "write_json_atomic",
+    "write_text_atomic",
+]
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` through a temporary file and a rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, value: Any) -> None:
+    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_predictions(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a predictions JSONL (each must carry an `id`)."""
+    return [row for _, row in read_jsonl(path)]
+
+
+def read_decisions(path: str | Path) -> list[dict[str, Any]]:
+    """A user's predictions JSONL for a pairwise benchmark: `{"id", "pred"}` per line, checked line by line."""
+    rows, errors = [], []
+    for number, row in read_jsonl(path):
+        if not isinstance(row, dict) or "id" not in row or "pred" not in row:
+            errors.append(f"{path} line {number}: needs fields 'id' and 'pred' (index of the better response, or null)")
+        else:
+            rows.append(row)
+    if errors:
+        raise InputError(f"{len(errors)} problem(s) in {path}:\n" + "\n".join(errors[:20]))
+    return rows
+
+
+@contextmanager
+def progress_bar(
+    description: str, *, enabled: bool = True
+) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
+    """A rich progress bar as `(set_total, advance)` callables; a no-op pair when disabled."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, disable=not enabled, transient=False) as progress:
+        task = progress.add_task(description, total=None)
+        yield (lambda n: progress.update(task, total=n)), (lambda n: progress.advance(task, n))
+
+
+def resumable_predictions(
+    path: str | Path,
+    items: Sequence[Any],
+    predict: Callable[[Sequence[Any]], Iterable[dict[str, Any]]],
+    *,
+    batch_size: int,
+    description: str = "judging",
+    show_progress: bool = True,
+    item_id: Callable[[Any], Any] = lambda item: item.id,
+) -> list[dict[str, Any]]:
+    """Predict the items whose ids are not yet in `path`, a batch at a time, and return every row in order.
+
+    `predict(batch)` returns one row (a dict with `id`) per item. Rows are flushed per batch to
+    `path.partial`, so a killed run loses at most one batch and a re-run picks up where it stopped.
+    """
+    order = [item_id(item) for item in items]
+    with ResumableJsonlWriter(path) as writer:
+        todo = [item for item in items if item_id(item) not in writer.done_ids]
+        with progress_bar(description, enabled=show_progress) as (set_total, advance):
+            set_total(len(todo))
+            for start in range(0, len(todo), batch_size):
+                batch = todo[start : start + batch_size]
+                writer.write(predict(batch))
+                advance(len(batch))
+        final = writer.finish(order=order)
+    wanted = set(order)
+    return [row for row in read_predictions(final) if row["id"] in wanted]
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table; floats print with one decimal, `None` as a dash.
+
+    >>> print(markdown_table(["judge", "acc"], [["ours", 71.25], ["ref", None]]))
+    | judge | acc |
+    | --- | --- |
+    | ours | 71.2 |
+    | ref | – |
+    """
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "–"
+        if isinstance(value, float):
+            return f"{value:.1f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def bar_chart(
+    path: str | Path,
+    series: dict[str, dict[str, float | None]],
+    *,
+    title: str,
+    ylabel: str = "accuracy (%)",
+    ylim: tuple[float, float] | None = (0, 100),
+) -> Path:
+    """Grouped bars: one group per category, one bar per series (e.g. this run and reference judges)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    categories = list(dict.fromkeys(c for values in series.values() for c in values))
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(categories) + 2), 3.8))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(categories))]
+        heights = [values.get(c) for c in categories]
+        bars = ax.bar(xs, [h if h is not None else 0 for h in heights], width, label=name)
+        for bar, h in zip(bars, heights):
+            if h is not None:
+                ax.annotate(f"{h:.1f}", (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(categories)), categories, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if ylim:
+        ax.set_ylim(*ylim)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

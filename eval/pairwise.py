@@ -1,0 +1,116 @@
+"""What the two pairwise preference benchmarks share: items, the MC-judge mode, and scoring by group.
+
+VL-RewardBench and Multimodal RewardBench both ask "which of these two responses is better?". Their
+official protocols differ (prompt, parse, vote, what an unparsed answer counts as) and live in their own
+modules; this one holds the parts that are the same: the item, our MC judge over both display orders,
+and accuracy per group from one decision per item.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from judge.jsonl import InputError
+from judge.judging import Judge
+from judge.types import MCItem
+
+__all__ = ["GroupCounts", "PairItem", "group_accuracies", "mc_predict", "resolve_image_paths"]
+
+
+@dataclass
+class PairItem:
+    """One pairwise question: an image, a query, two responses and the index of the preferred one."""
+
+    id: str
+    query: str
+    responses: list[str]
+    image: Any
+    preferred: int
+    group: str
+    """The benchmark's reporting category (e.g. `hallucination`, `safety/bias`)."""
+    source: str = ""
+    """A finer origin where the benchmark has one (e.g. `povid`)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GroupCounts:
+    """Decided items per group; `accuracy` is None when nothing in the group was decided."""
+
+    agree: int = 0
+    reject: int = 0
+    undecided: int = 0
+
+    @property
+    def accuracy(self) -> float | None:
+        decided = self.agree + self.reject
+        return self.agree / decided if decided else None
+
+
+def group_accuracies(decisions: Iterable[tuple[str, bool | None]]) -> dict[str, GroupCounts]:
+    """Count `(group, correct)` pairs; `correct=None` marks an item the judge did not decide.
+
+    >>> counts = group_accuracies([("a", True), ("a", False), ("a", None), ("b", True)])
+    >>> counts["a"].accuracy, counts["a"].undecided, counts["b"].accuracy
+    (0.5, 1, 1.0)
+    """
+    counts: dict[str, GroupCounts] = defaultdict(GroupCounts)
+    for group, correct in decisions:
+        entry = counts[group]
+        if correct is None:
+            entry.undecided += 1
+        elif correct:
+            entry.agree += 1
+        else:
+            entry.reject += 1
+    return dict(counts)
+
+
+def mc_predict(judge: Judge, items: Sequence[PairItem]) -> list[dict[str, Any]]:
+    """Our MC judge on pairwise items: the two responses as candidates A/B, in both display orders.
+
+    `pred` is the judge's aggregated choice (majority of the orders, ties broken by option probabilities
+    and then a seeded coin), an index into the item's `responses`, or None when no order parsed.
+    """
+    mc_items = [
+        MCItem(id=item.id, image=item.image, question=item.query, candidates=list(item.responses)) for item in items
+    ]
+    rows = []
+    for item, verdict in zip(items, judge.select(mc_items)):
+        rows.append(
+            {
+                "id": item.id,
+                "group": item.group,
+                "source": item.source,
+                "preferred": item.preferred,
+                "pred": verdict.choice,
+                "votes": verdict.votes,
+                "consistent": verdict.consistent,
+                "probs": verdict.probs,
+                "raw": verdict.raw,
+            }
+        )
+    return rows
+
+
+def resolve_image_paths(
+    items: Sequence[PairItem], data_file: str | Path, image_folder: str | Path | None = None
+) -> None:
+    """Make relative image paths absolute (against `image_folder`, default the data file's folder) and
+    check that every file exists, so a wrong folder fails before any model loads."""
+    base = Path(image_folder) if image_folder is not None else Path(data_file).parent
+    missing = []
+    for item in items:
+        if isinstance(item.image, str) and not item.image.startswith("data:"):
+            item.image = str(base / item.image)
+            if not Path(item.image).is_file():
+                missing.append(f"{item.id}: {item.image}")
+    if missing:
+        raise InputError(
+            f"{len(missing)} image file(s) not found, e.g. {missing[:3]} — field 'image' is resolved against "
+            f"{base}; point the image folder option there or fix the paths"
+        )
