@@ -101,6 +101,19 @@ def report_pairwise(
             title=f"{bench.title}: order consistency",
             ylabel="consistency (%)",
         )
+    ks = sorted(int(k[len("overall_accuracy_k") :]) for k in metrics if k.startswith("overall_accuracy_k"))
+    if ks:
+        lines += [
+            "",
+            "## By number of calls",
+            "",
+            "The official k-curve: each item decided by the majority of its first k calls.",
+            "",
+            markdown_table(
+                ["k", "overall", "macro"],
+                [[k, _pct(metrics[f"overall_accuracy_k{k}"]), _pct(metrics.get(f"macro_accuracy_k{k}"))] for k in ks],
+            ),
+        ]
     if metrics.get("no_majority"):
         lines += ["", f"{metrics['no_majority']} item(s) had no majority outcome over their calls (left out)."]
     write_text_atomic(out / "report.md", "\n".join(lines) + "\n")

@@ -368,7 +368,29 @@ def score(items: Sequence[PairItem], predictions: Sequence[Mapping[str, Any]]) -
     if flags:
         metrics["consistency"] = sum(sum(f) for f in flags.values()) / len(predictions)
         metrics.update({f"consistency_{g}": sum(f) / len(f) for g, f in flags.items()})
+    metrics.update(_by_k(items, predictions))
     return metrics
+
+
+def _by_k(items: Sequence[PairItem], predictions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Official-mode runs also report the first k calls of each item, k in 1, 3, 5, 7, 9, as `cal.py` does."""
+    calls = [p.get("calls") for p in predictions]
+    if not predictions or not all(isinstance(c, list) and c for c in calls):
+        return {}
+    by_id = {item.id: item for item in items}
+    out: dict[str, Any] = {}
+    for k in (1, 3, 5, 7, 9):
+        if k >= min(len(c) for c in calls):
+            break
+        rows = []
+        for p, c in zip(predictions, calls):
+            status = item_outcome([call["outcome"] for call in c[:k]])
+            preferred = by_id[str(p["id"])].preferred
+            rows.append({"id": p["id"], "pred": {"agree": preferred, "reject": 1 - preferred}.get(status)})
+        metrics = score(items, rows)
+        out[f"overall_accuracy_k{k}"] = metrics["overall_accuracy"]
+        out[f"macro_accuracy_k{k}"] = metrics["macro_accuracy"]
+    return out
 
 
 def score_decisions(ids: Sequence[str], predictions: Sequence[int | None], references: Sequence[int]) -> dict[str, Any]:

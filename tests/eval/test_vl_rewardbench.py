@@ -111,11 +111,16 @@ def test_official_protocol_maps_random_display_orders_back(items):
     assert all(row["status"] == "agree" and row["pred"] == row["preferred"] for row in rows)
     assert score(items, rows)["overall_accuracy"] == 1.0
 
-    # Every third call is wrong: with k=3 each item gets 2 agree / 1 reject at most — still a majority.
+    # Every third call is wrong: with k=3 each item gets 2 agree / 1 reject — still a majority.
     wrong = ScriptedJudge(lambda position: f"Therefore, Answer {position} is better.", wrong_every=3)
     rows = official_predict(wrong, items, VLRBConfig(k=3))
     assert all(r["status"] == "agree" for r in rows)
     assert [sum(c["outcome"] == "reject" for c in r["calls"]) for r in rows] == [1] * len(items)
+    # The official k-curve: the first call alone is always right here.
+    assert score(items, rows)["overall_accuracy_k1"] == 1.0 and "overall_accuracy_k3" not in score(items, rows)
+    wrong_first = ScriptedJudge(lambda position: f"Therefore, Answer {position} is better.", wrong_every=1)
+    rows = official_predict(wrong_first, items, VLRBConfig(k=2))
+    assert score(items, rows)["overall_accuracy_k1"] == 0.0
 
     # With k=2 and one wrong call in two, every item is a tie: no majority, left out of the denominators.
     tie = ScriptedJudge(lambda position: f"Overall Judgment: Answer {position} is better.", wrong_every=2)
