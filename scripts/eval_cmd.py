@@ -6,6 +6,8 @@
     mrjudge eval multimodal-rewardbench --model runs/judge --data all_data.json --out runs/mmrb
     mrjudge eval mm-vet --model runs/judge --data mm-vet/mm-vet.json --candidates a.json b.json c.json d.json \\
         --grader-url https://api.openai.com/v1 --grader-model gpt-4-0613 --out runs/mmvet
+    mrjudge eval mm-vet --model runs/judge --data mm-vet/mm-vet.json --policy OpenGVLab/InternVL2-2B --n 4 \\
+        --grader-url https://api.openai.com/v1 --grader-model gpt-4-0613 --out runs/mmvet
 
 Every run writes `metrics.json`, `predictions.jsonl` (with the raw judge text), `report.md` and PNG charts
 into `--out`; re-running with the same `--out` skips the items already done.
@@ -75,6 +77,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     mmrb.add_argument("--predictions", type=Path, help='score this JSONL ({"id", "pred"}) instead of running a model')
     _add_judge_flags(mmrb, predictions=True)
     mmrb.set_defaults(run=run_pairwise_cli)
+
+    mmvet = benchmarks.add_parser(
+        "mm-vet",
+        help="MM-Vet best-of-N: the judge picks one of N answers; MM-Vet's grader scores it",
+        description="MM-Vet best-of-N. Candidates from N prediction files ({id: answer}) or sampled from a policy; "
+        "every candidate graded with MM-Vet's official grader prompt and retry rule through an OpenAI-compatible "
+        "endpoint; first / random / judge / oracle picks scored per capability.",
+    )
+    mmvet.add_argument("--data", required=True, type=Path, help="the official mm-vet.json")
+    mmvet.add_argument("--images", type=Path, help="image folder (default: images/ beside --data)")
+    source = mmvet.add_mutually_exclusive_group(required=True)
+    source.add_argument("--candidates", nargs="+", type=Path, help="N prediction files {id: answer}, one per sample")
+    source.add_argument("--policy", help="sample the N candidates from this model (folder, hub id or /v1 URL)")
+    mmvet.add_argument("--n", type=int, default=4, help="with --policy: answers per question (default 4)")
+    mmvet.add_argument("--policy-temperature", type=float, default=0.7, help="with --policy (default 0.7)")
+    mmvet.add_argument("--policy-max-new-tokens", type=int, default=512, help="with --policy (default 512)")
+    mmvet.add_argument("--grader-url", required=True, help="OpenAI-compatible endpoint of the grader (…/v1)")
+    mmvet.add_argument("--grader-model", help="grader model name (official: gpt-4-0613; default: the first served)")
+    mmvet.add_argument("--grader-api-key", help="default: $MRJUDGE_API_KEY or $OPENAI_API_KEY")
+    _add_judge_flags(mmvet, predictions=False)
+    mmvet.set_defaults(run=run_mmvet_cli)
 
 
 def make_judge_backend(args: argparse.Namespace) -> Any:
@@ -190,3 +213,51 @@ def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
         f"[bold]{title}[/]: overall {pct('overall_accuracy')}{extra} on {metrics['n']} items "
         f"({metrics['unparsed']} unparsed) → {out}/report.md"
     )
+
+
+def run_mmvet_cli(args: argparse.Namespace) -> int:
+    from eval import mmvet
+    from judge.backends import make_backend
+    from judge.backends.openai_http import OpenAIBackend
+    from judge.jsonl import InputError
+
+    try:
+        questions = mmvet.load_mmvet(args.data, args.images, limit=args.limit)
+        if args.candidates:
+            candidates = mmvet.load_candidates(args.candidates, questions)
+        else:
+            policy = make_backend(args.policy, None, **({"device": args.device} if args.device else {}))
+            candidates = mmvet.generate_candidates(
+                policy,
+                questions,
+                args.n,
+                temperature=args.policy_temperature,
+                max_new_tokens=args.policy_max_new_tokens,
+                seed=args.seed,
+                batch_size=args.batch_size,
+                cache_path=args.out / "candidates.jsonl",
+                show_progress=not args.quiet,
+            )
+            mmvet.save_candidates(candidates, args.out)
+        judge = make_judge(args)
+        grader = OpenAIBackend(args.grader_url, model_name=args.grader_model, api_key=args.grader_api_key)
+        metrics = mmvet.run_mmvet(
+            judge,
+            questions,
+            candidates,
+            grader,
+            args.out,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            show_progress=not args.quiet,
+        )
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from rich.console import Console
+
+    scores = ", ".join(f"{s} {100 * metrics[f'{s}_total']:.1f}" for s in mmvet.SELECTORS)
+    Console(stderr=True).print(
+        f"[bold]MM-Vet best-of-{metrics['n_candidates']}[/] on {metrics['n']} questions: {scores} → {args.out}/report.md"
+    )
+    return 0

@@ -131,3 +131,35 @@ def test_multimodal_rewardbench_both_modes_and_evaluate_module(parrot_dir, parro
     metrics = _metrics(official)
     assert (metrics["n"], metrics["unparsed"]) == (3, 3)  # no [[A]]/[[B]] from the parrot: coin flips
     assert metrics["overall_accuracy"] in (0.0, 1 / 3, 2 / 3, 1.0)
+
+
+def test_mm_vet_best_of_n_from_the_command_line(parrot_dir, tmp_path, capsys):
+    from tests.eval.test_mmvet import FIRST, ORACLE, _write_candidates, _write_dataset
+    from tests.support.grader_server import make_grader_app
+
+    data = _write_dataset(tmp_path)
+    files = [str(p) for p in _write_candidates(tmp_path)]
+    out = tmp_path / "run"
+    with serve(make_grader_app()) as grader:
+        args = ["--model", str(parrot_dir), "--candidates", *files, "--grader-url", grader, "--max-new-tokens", "40"]
+        assert _eval("mm-vet", data, out, *args) == 0
+    metrics = _metrics(out)
+    assert {k: metrics[k] for k in FIRST} == pytest.approx(FIRST)
+    assert {k: metrics[k] for k in ORACLE} == pytest.approx(ORACLE)
+    assert "MM-Vet best-of-3 on 4 questions: first 50.0" in capsys.readouterr().err
+    assert (out / "report.md").is_file() and (out / "mmvet_by_capability.png").is_file()
+
+    # A policy instead of candidate files: N answers sampled per question, saved in the official format.
+    sampled = tmp_path / "sampled"
+    with serve(make_grader_app()) as grader:
+        args = ["--model", str(parrot_dir), "--policy", str(parrot_dir), "--n", "2", "--policy-max-new-tokens", "16"]
+        args += ["--grader-url", grader, "--max-new-tokens", "40", "--limit", "2"]
+        assert _eval("mm-vet", data, sampled, *args) == 0
+    assert _metrics(sampled)["n"] == 2 and _metrics(sampled)["n_candidates"] == 2
+    assert json.loads((sampled / "candidates_1.json").read_text()).keys() == {"v1_0", "v1_1"}
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"v1_0": "x = -1"}')
+    assert _eval("mm-vet", data, tmp_path / "x", "--model", str(parrot_dir), "--candidates", str(bad), files[0],
+                 "--grader-url", "http://127.0.0.1:9/v1") == 2  # fmt: skip
+    assert "v1_1" in capsys.readouterr().err
