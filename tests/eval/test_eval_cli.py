@@ -163,3 +163,15 @@ def test_mm_vet_best_of_n_from_the_command_line(parrot_dir, tmp_path, capsys):
     assert _eval("mm-vet", data, tmp_path / "x", "--model", str(parrot_dir), "--candidates", str(bad), files[0],
                  "--grader-url", "http://127.0.0.1:9/v1") == 2  # fmt: skip
     assert "v1_1" in capsys.readouterr().err
+
+
+def test_multimodal_rewardbench_scores_a_predictions_file_exactly(tmp_path):
+    data = write_mmrb(tmp_path)
+    ids = [row["ID"] for row in json.loads(data.read_text())]
+    preds = tmp_path / "preds.jsonl"
+    values = [0, 1, 1, 1, 1, 0, 1, 0]  # right, right, wrong, right, right, right, wrong, wrong
+    preds.write_text("".join(json.dumps({"id": i, "pred": p}) + "\n" for i, p in zip(ids, values)))
+    assert _eval("multimodal-rewardbench", data, tmp_path / "out", "--predictions", str(preds)) == 0
+    metrics = _metrics(tmp_path / "out")
+    assert metrics["overall_accuracy"] == 5 / 8 and (metrics["n"], metrics["unparsed"]) == (8, 0)
+    assert (metrics["accuracy_safety_bias"], metrics["accuracy_safety_toxicity"], metrics["accuracy_vqa"]) == (0, 1, 0)
