@@ -1,0 +1,205 @@
+"""The judge as a reward model: turn G responses to one prompt into G rewards.
+
+This is the engine behind `POST /v1/reward`, `POST /get_reward` and the in-process TRL reward function;
+each of them only adapts a wire format to `RewardRequest` and calls `compute_rewards`, which judges every
+request of a batch in one `Judge.select` call.
+
+Modes (G = number of responses):
+
+- `listwise`: one MC item with all G responses; each response's reward is its de-biased probability of
+  being best (option-letter probabilities averaged over display orders, or the share of votes when the
+  engine gives no log-probs). Needs 2 ≤ G ≤ `max_options`.
+- `pairwise`: each response against the `reference`; the reward is the response's probability of beating it.
+- `tournament`: for G above the judge's option limit. `round_robin` judges every pair and rewards the
+  share of games won (a drawn or undecided game is half a win each); `knockout` plays a seeded bracket
+  (a bye for an odd one out) and rewards the rounds survived over the rounds played, so the champion gets
+  1.0 and first-round losers 0.0.
+
+    judge = Judge(make_backend("runs/judge"), JudgeConfig(orders=2))
+    [result.rewards for result in compute_rewards(judge, [RewardRequest("Q?", ["a", "b"], images=[img])])]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from judge.judging import Judge, item_rng
+from judge.types import DataError, MCItem, Verdict
+
+__all__ = ["MODES", "RewardRequest", "RewardResult", "compute_rewards"]
+
+MODES = ("listwise", "pairwise", "tournament")
+Mode = Literal["listwise", "pairwise", "tournament"]
+
+
+@dataclass
+class RewardRequest:
+    """G responses to one prompt (with its images), to be scored against each other or a reference."""
+
+    prompt: str
+    responses: list[str]
+    images: list[Any] = field(default_factory=list)
+    """Image references (paths, data URLs, bytes, PIL images) the prompt is about."""
+    reference: str | None = None
+    """The answer each response is compared with in `pairwise` mode."""
+    mode: Mode = "listwise"
+    tournament: Literal["round_robin", "knockout"] = "round_robin"
+    id: str = ""
+    """Caller's id; seeds display orders and the knock-out bracket."""
+
+    def validate(self, max_options: int) -> None:
+        """Raise `DataError` naming the field when the request cannot be judged as asked."""
+        if self.mode not in MODES:
+            raise DataError("mode", f"unknown mode {self.mode!r}", f"use one of {', '.join(MODES)}")
+        if not self.responses:
+            raise DataError("responses", "empty", "send at least one response")
+        if self.mode == "listwise" and not 2 <= len(self.responses) <= max_options:
+            raise DataError(
+                "responses",
+                f"listwise judging needs 2 to {max_options} responses, got {len(self.responses)}",
+                "use mode 'tournament' for larger groups, or 'pairwise' with a reference",
+            )
+        if self.mode == "pairwise" and self.reference is None:
+            raise DataError("reference", "missing", "pairwise mode compares each response with a reference answer")
+        if self.mode == "tournament" and self.tournament not in ("round_robin", "knockout"):
+            raise DataError("tournament", f"unknown format {self.tournament!r}", "use 'round_robin' or 'knockout'")
+        if self.mode == "tournament" and len(self.responses) < 2:
+            raise DataError("responses", "a tournament needs at least 2 responses", "send 2 or more, or use pairwise")
+
+
+@dataclass
+class RewardResult:
+    """Rewards in [0, 1], one per response, with the verdicts that made them."""
+
+    rewards: list[float]
+    verdicts: list[Verdict]
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+def _share(item: MCItem, verdict: Verdict) -> list[float]:
+    """Each candidate's probability of being best: option probabilities, else vote shares, else uniform."""
+    k = len(item.candidates)
+    if verdict.probs is not None:
+        return list(verdict.probs)
+    parsed = [v for v in verdict.votes if v is not None]
+    if not parsed:
+        return [1.0 / k] * k
+    counts = Counter(parsed)
+    return [counts.get(c, 0) / len(parsed) for c in range(k)]
+
+
+def _pair(request: RewardRequest, tag: str, first: str, second: str) -> MCItem:
+    return MCItem(
+        id=f"{request.id}#{tag}", question=request.prompt, candidates=[first, second], image=request.images or None
+    )
+
+
+def _plan(request: RewardRequest) -> list[MCItem]:
+    """The MC items a request needs in its first round (knock-out adds rounds later)."""
+    responses = request.responses
+    if request.mode == "listwise":
+        return [
+            MCItem(id=request.id, question=request.prompt, candidates=list(responses), image=request.images or None)
+        ]
+    if request.mode == "pairwise":
+        assert request.reference is not None
+        return [_pair(request, f"ref{i}", r, request.reference) for i, r in enumerate(responses)]
+    if request.tournament == "round_robin":
+        return [
+            _pair(request, f"rr{i}-{j}", responses[i], responses[j])
+            for i in range(len(responses))
+            for j in range(i + 1, len(responses))
+        ]
+    return []  # knock-out rounds are planned as they are played
+
+
+def _bracket(
+    request: RewardRequest, alive: list[int], round_no: int, seed: int
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """Seeded pairs for one knock-out round, and the index that gets a bye (if the count is odd)."""
+    order = list(alive)
+    item_rng(seed, request.id, f"round{round_no}").shuffle(order)
+    byes = [order.pop()] if len(order) % 2 else []
+    return [(order[i], order[i + 1]) for i in range(0, len(order), 2)], byes
+
+
+def compute_rewards(judge: Judge, requests: Sequence[RewardRequest], *, max_options: int = 8) -> list[RewardResult]:
+    """Rewards for every request; all judging of a round goes to the backend in one batch.
+
+    Raises:
+        DataError: a request that cannot be judged as asked (checked for all requests before any judging).
+    """
+    for request in requests:
+        request.validate(max_options)
+    start = time.perf_counter()
+    plans = [_plan(r) for r in requests]
+    flat = [item for plan in plans for item in plan]
+    verdicts = judge.select(flat) if flat else []
+    results: list[RewardResult] = []
+    cursor = 0
+    knockouts: list[int] = []
+    for index, (request, plan) in enumerate(zip(requests, plans)):
+        got = verdicts[cursor : cursor + len(plan)]
+        cursor += len(plan)
+        g = len(request.responses)
+        if request.mode == "listwise":
+            rewards = _share(plan[0], got[0])
+        elif request.mode == "pairwise":
+            rewards = [_share(item, v)[0] for item, v in zip(plan, got)]
+        elif request.tournament == "round_robin":
+            wins = [0.0] * g
+            for item, v in zip(plan, got):
+                i, j = (int(x) for x in item.id.rsplit("#rr", 1)[1].split("-"))
+                if v.choice is None:
+                    wins[i] += 0.5
+                    wins[j] += 0.5
+                else:
+                    wins[i if v.choice == 0 else j] += 1.0
+            rewards = [w / (g - 1) for w in wins]
+        else:
+            rewards = []
+            knockouts.append(index)
+        results.append(RewardResult(rewards=rewards, verdicts=list(got)))
+    if knockouts:
+        _play_knockouts(judge, [requests[i] for i in knockouts], [results[i] for i in knockouts])
+    elapsed = 1000 * (time.perf_counter() - start)
+    for result in results:
+        result.timing = {"judge_ms": elapsed}
+    return results
+
+
+def _play_knockouts(judge: Judge, requests: Sequence[RewardRequest], results: Sequence[RewardResult]) -> None:
+    """Play all knock-out brackets round by round, every round's games of every request in one batch."""
+    alive = [list(range(len(r.responses))) for r in requests]
+    survived = [[0] * len(r.responses) for r in requests]
+    rounds = [math.ceil(math.log2(len(r.responses))) for r in requests]
+    round_no = 0
+    while any(len(a) > 1 for a in alive):
+        games: list[tuple[int, int, int]] = []  # (request, i, j)
+        items: list[MCItem] = []
+        for r, request in enumerate(requests):
+            if len(alive[r]) <= 1:
+                continue
+            pairs, byes = _bracket(request, alive[r], round_no, judge.config.seed)
+            for i in byes:
+                survived[r][i] += 1
+            alive[r] = list(byes)
+            for i, j in pairs:
+                games.append((r, i, j))
+                items.append(_pair(request, f"ko{round_no}-{i}-{j}", request.responses[i], request.responses[j]))
+        for (r, i, j), item, verdict in zip(games, items, judge.select(items)):
+            if verdict.choice is None:  # undecided: the seeded coin of the judge's tie rule decides
+                winner = i if item_rng(judge.config.seed, item.id, "coin").randrange(2) == 0 else j
+            else:
+                winner = i if verdict.choice == 0 else j
+            survived[r][winner] += 1
+            alive[r].append(winner)
+            results[r].verdicts.append(verdict)
+        round_no += 1
+    for r, result in enumerate(results):
+        result.rewards = [s / rounds[r] for s in survived[r]]

@@ -1,0 +1,40 @@
+"""A `Backend` that judges MC prompts by a rule, so reward arithmetic can be checked by hand.
+
+It reads the lettered candidates out of the MC prompt it is sent and answers
+`<think>…</think><answer>X</answer>` for the candidate carrying the highest `score=N` tag (the first on a
+tie; `abstain` anywhere makes it write no answer). It stands in for a trained judge, which cannot be had
+on a CPU in a test, and goes through the real prompt builder, display orders and parser.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+from judge.backends.base import Generation
+
+CANDIDATE = re.compile(r"^([A-Z])\. (.*)$", re.MULTILINE)
+SCORE = re.compile(r"score=(\d+)")
+
+
+class RuleJudgeBackend:
+    name = "rule"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.requests = 0
+
+    def generate(self, requests, params):
+        self.calls += 1
+        self.requests += len(requests)
+        out = []
+        for request in requests:
+            text = next(p["text"] for p in request.messages[-1]["content"] if p.get("type") == "text")
+            options = CANDIDATE.findall(text)
+            if any("abstain" in body for _, body in options):
+                out.append(Generation(text="<think>cannot tell</think>"))
+                continue
+            scores = [int(m.group(1)) if (m := SCORE.search(body)) else 0 for _, body in options]
+            best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+            out.append(Generation(text=f"<think>highest score</think><answer>{string.ascii_uppercase[best]}</answer>"))
+        return out
