@@ -12,9 +12,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scripts import demo, eval_cmd, judge_cmd, synth_cmd, tiny_model_cmd, train_cmd
+from scripts import demo, eval_cmd, judge_cmd, serve_cmd, synth_cmd, tiny_model_cmd, train_cmd
 
-SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, tiny_model_cmd)
+SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, tiny_model_cmd, serve_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,10 +1,12 @@
-"""`mrjudge train`: warm-up SFT and judge GRPO recipes over TRL.
+"""`mrjudge train`: warm-up SFT and judge GRPO recipes over TRL, and policy GRPO with the judge as reward.
 
-    mrjudge train sft  --config configs/judge_sft_tiny.yaml  [key=value …]
-    mrjudge train grpo --config configs/judge_grpo_tiny.yaml [key=value …]
+    mrjudge train sft    --config configs/judge_sft_tiny.yaml  [key=value …]
+    mrjudge train grpo   --config configs/judge_grpo_tiny.yaml [key=value …]
+    mrjudge train policy --config configs/policy_grpo_tiny.yaml [key=value …]
 
-Config files hold `JudgeSFTConfig` / `JudgeGRPOConfig` fields (TRL's SFTConfig / GRPOConfig plus model,
-LoRA, data and resume fields); `key=value` overrides any of them. `--help-fields` lists them all.
+Config files hold `JudgeSFTConfig` / `JudgeGRPOConfig` / `JudgePolicyGRPOConfig` fields (TRL's SFTConfig /
+GRPOConfig plus model, LoRA, data and resume fields, and the judge's for `policy`); `key=value` overrides
+any of them. `--help-fields` lists them all.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from pathlib import Path
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser(
-        "train", help="train a judge: warm-up SFT, then GRPO (TRL)", description=__doc__.split("\n\n")[0]
+        "train",
+        help="train a judge (warm-up SFT, then GRPO), or a policy with the judge as reward (TRL)",
+        description=__doc__.split("\n\n")[0],
     )
     stages = train.add_subparsers(dest="stage", metavar="STAGE", required=True)
     for name, what in (
         ("sft", "warm-up SFT on distilled judge traces"),
         ("grpo", "GRPO on MC items with the judge reward"),
+        ("policy", "GRPO of a policy on prompts, rewarded by the judge"),
     ):
         p = stages.add_parser(name, help=what, description=f"{what}. Overrides: key=value (values parsed as YAML).")
         p.add_argument("--config", type=Path, help="YAML with the recipe's fields")
@@ -35,6 +40,10 @@ def _config_class(stage: str):
         from training.sft import JudgeSFTConfig
 
         return JudgeSFTConfig
+    if stage == "policy":
+        from training.policy import JudgePolicyGRPOConfig
+
+        return JudgePolicyGRPOConfig
     from training.grpo import JudgeGRPOConfig
 
     return JudgeGRPOConfig
@@ -58,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.stage == "sft":
         from training.sft import run_sft as run_stage
+    elif args.stage == "policy":
+        from training.policy import run_policy as run_stage
     else:
         from training.grpo import run_grpo as run_stage
     result = run_stage(config)

@@ -1,0 +1,388 @@
+"""Does the judge's reward teach a policy? Policy GRPO on 2 CPU cores, rewarded by a tiny judge in process.
+
+    python benchmarks/policy_reward_curve.py --out runs/policy_reward_curve
+
+Everything is built here from the synthetic world in about three minutes (one thread), with no download:
+
+- **Judge**: a `tiny` Qwen2.5-VL from the tiny-model factory after a short warm-up SFT (`training.sft`) on
+  pairwise world items whose better answer is the *complete* one: the reference answer against the
+  world's `incomplete` negative, which leaves out the asked part ("The triangle is at the bottom left."
+  for "What colour is the triangle?"), and against malformed answers (word salad, random tokens, a word
+  repeated, the reference shuffled, cut short or with junk after it). The trace gives a verdict per option:
+  `<think>A: complete. B: malformed.</think><answer>A</answer>`. A preference a tiny judge learns in about
+  a minute; judging which colour is right would take it far longer (see `benchmarks/learning_curve.py`).
+- **Policy**: another `tiny` Qwen2.5-VL, warm-started by SFT on world answers of which only
+  `--complete-share` (25 %) are complete: it mostly answers incompletely.
+- **GRPO**: the repository's recipe (`training.policy`, TRL `GRPOTrainer`, a small KL term) with the judge
+  in process in pairwise mode against the world's reference answers, so the reward of a completion is the
+  judge's probability that it beats the reference (both display orders): about 0.5 for a complete answer
+  (the judge cannot tell two complete answers apart), about 0 for an incomplete or malformed one.
+
+What it took (each found by a run of this script): with complete-vs-incomplete pairs only, the policy
+learnt word salad the judge had never seen (" in in in in unsafe in…") and was paid as much as the
+reference; and with a judge budget shorter than its longest trace (24 tokens), every verdict on a
+malformed answer was cut off, undecided, and worth 0.5. A judge is a reward model that can be gamed.
+
+Before and after GRPO, `--heldout` world questions the policy never trained on get `--samples` sampled
+completions each (temperature 1), judged the same way: `reward_before` / `reward_after` are their mean
+reward, `forms_before` / `forms_after` the shares of completions in the complete template, the incomplete
+one, or neither (a regex per question kind, independent of the judge: it tells learning from reward
+hacking). Prints one JSON line; saves the mean training reward per step as PNG beside `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from judge.prompt import PromptConfig, build_messages
+
+COMPACT_PROMPT = PromptConfig(
+    instruction="Which candidate answers the question about the image best?",
+    criteria=None,
+    answer_format="Check each candidate in <think></think>, then answer <answer>X</answer>.",
+)
+KINDS = ("attribute", "spatial", "ocr", "arithmetic")
+"""Question kinds whose world items have an incomplete negative (a count of one often has none)."""
+
+TEMPLATES = {
+    "attribute": (r"The \w+ at the [\w ]+ is \w+\.", r"The \w+ is at the [\w ]+\."),
+    "spatial": (
+        r"The \w+ \w+ is (to the left of|to the right of|above|below) the \w+ \w+\.",
+        r"The \w+ \w+ is near the \w+ \w+\.",
+    ),
+    "ocr": (r'The word "\w+" is written in \w+\.', r'The word "\w+" is written\.'),
+    "arithmetic": (r"The numbers are \d+ and \d+, and \d+ \+ \d+ = \d+\.", r"The numbers are \d+ and \d+\."),
+}
+"""The complete and the incomplete answer template per question kind: judge-independent bookkeeping of what
+the policy writes (facts are not checked, only the form)."""
+
+
+def garbage(reference: str, rng: random.Random, vocabulary: list[str], tokens: list[str]) -> str:
+    """A malformed answer, of the kinds a policy drifts into: word salad, random tokens, one word repeated,
+    the reference shuffled or cut short, or the reference with junk after it."""
+    words = reference.split()
+    kind = rng.randrange(6)
+    if kind == 0:
+        return " ".join(rng.choice(vocabulary) for _ in range(rng.randint(3, 14)))
+    if kind == 1:
+        return "".join(rng.choice(tokens) for _ in range(rng.randint(3, 24))).strip() or "."
+    if kind == 2:
+        return " ".join([rng.choice(vocabulary + tokens).strip() or "in"] * rng.randint(3, 16))
+    if kind == 3:
+        rng.shuffle(words)
+        return " ".join(words)
+    if kind == 4:
+        return " ".join(words[: rng.randint(1, max(1, len(words) - 3))])
+    return reference + " " + " ".join(rng.choice(vocabulary) for _ in range(rng.randint(2, 10)))
+
+
+def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """World items with their incomplete negative, split into train and held-out questions; the files."""
+    from data_synthesis.world import load_world, scene_negatives, write_world
+    from judge.jsonl import write_jsonl_atomic
+    from judge.tiny import build_tokenizer
+
+    world = write_world(args.world_n, args.seed, out / "world", size=args.image_size)
+    rows = []
+    for item in load_world(world):
+        kind = item.task.kind
+        negatives = [n.text for n in scene_negatives(item, 12, random.Random(item.record.id)) if n.flaw == "incomplete"]
+        if kind in KINDS and negatives:
+            record = item.record
+            rows.append({"id": record.id, "image": record.image, "question": record.question,
+                         "answer": record.answer, "incomplete": negatives[0], "kind": kind})  # fmt: skip
+    heldout, train = rows[: args.heldout], rows[args.heldout :]
+    rng = random.Random(args.seed)
+
+    def conversation(question: str, answer: str, image: str) -> dict[str, Any]:
+        user = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        return {"images": [image], "messages": user + [{"role": "assistant", "content": answer}]}
+
+    vocabulary = sorted({w for r in train for w in f"{r['answer']} {r['incomplete']}".split()} | set("=+.,0123456789"))
+    tokenizer = build_tokenizer()  # the tiny models' tokenizer: random tokens are what a drifting policy writes
+    tokens = [t for t in (tokenizer.decode([i]) for i in range(len(tokenizer))) if t and not t.startswith("<|")]
+    for row in heldout:  # fresh malformed answers, to check the judge on
+        row["malformed"] = garbage(row["answer"], random.Random(row["id"]), vocabulary, tokens)
+    judge_sft = []
+    for row in train:  # the complete answer against flawed ones, in both display orders, a verdict per option
+        flawed = [(row["incomplete"], "incomplete")]
+        flawed += [(garbage(row["answer"], rng, vocabulary, tokens), "malformed") for _ in range(args.garbage_pairs)]
+        for answer, verdict in flawed:
+            for first in (0, 1):
+                pair, verdicts = [row["answer"], answer], ["complete", verdict]
+                if first == 1:
+                    pair, verdicts = pair[::-1], verdicts[::-1]
+                trace = f"<think>A: {verdicts[0]}. B: {verdicts[1]}.</think><answer>{'AB'[first]}</answer>"
+                messages = build_messages(row["question"], pair, n_images=1, config=COMPACT_PROMPT)
+                messages.append({"role": "assistant", "content": trace})
+                judge_sft.append({"images": [row["image"]], "messages": messages})
+    policy_sft = [
+        conversation(r["question"], r["answer"] if rng.random() < args.complete_share else r["incomplete"], r["image"])
+        for r in train
+    ]
+    write_jsonl_atomic(world / "judge_sft.jsonl", judge_sft)
+    write_jsonl_atomic(world / "policy_sft.jsonl", policy_sft)
+    # The GRPO prompts are plain world records: question → prompt, answer → reference.
+    fields = ("id", "image", "question", "answer")
+    write_jsonl_atomic(world / "prompts.jsonl", [{k: r[k] for k in fields} for r in train])
+    (world / "judge.yaml").write_text(yaml.safe_dump({"prompt": vars(COMPACT_PROMPT)}))
+    return {"world": world, "train": train, "heldout": heldout}
+
+
+def answer_form(kind: str, text: str) -> str:
+    """ "complete", "incomplete" or "other", by the templates of the question's kind."""
+    complete, incomplete = TEMPLATES[kind]
+    text = text.strip()
+    return "complete" if re.fullmatch(complete, text) else "incomplete" if re.fullmatch(incomplete, text) else "other"
+
+
+def sft(model: Path, train_file: Path, out: Path, steps: int, args: argparse.Namespace, history: Any) -> None:
+    from training.sft import JudgeSFTConfig, run_sft
+
+    config = JudgeSFTConfig(
+        model_name_or_path=str(model),
+        train_file=str(train_file),
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.sft_lr,
+        lr_scheduler_type="warmup_stable_decay",
+        lr_scheduler_kwargs={"num_decay_steps": int(0.3 * steps)},
+        warmup_steps=int(0.05 * steps),
+        weight_decay=0.0,
+        max_length=None,
+        logging_steps=10,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        seed=args.seed,
+        disable_tqdm=True,
+    )
+    run_sft(config, callbacks=[history.callback()])
+
+
+def judge_accuracy(reward: Any, rows: list[dict[str, Any]], world: Path, flawed: str) -> float:
+    """Share of held-out pairs where the judge gives the complete answer more than half against `row[flawed]`."""
+    from PIL import Image
+
+    images = [Image.open(world / r["image"]).convert("RGB") for r in rows]
+    rewards = reward(
+        prompts=[r["question"] for r in rows],
+        completions=[r["answer"] for r in rows],
+        image=images,
+        answer=[r[flawed] for r in rows],  # the "reference" the complete answer is judged against
+    )
+    return sum(r is not None and r > 0.5 for r in rewards) / len(rows)
+
+
+def heldout_reward(policy: Path, reward: Any, rows: list[dict[str, Any]], world: Path, args: argparse.Namespace):
+    """Mean judge reward and the share of each answer form, of sampled completions on questions the policy never
+    trained on."""
+    from PIL import Image
+
+    from judge.backends.base import ChatRequest, SamplingParams
+    from judge.backends.hf import TransformersBackend
+
+    backend = TransformersBackend(str(policy), device="cpu", max_batch_size=64)
+    images = [Image.open(world / r["image"]).convert("RGB") for r in rows]
+    requests = [ChatRequest.user(r["question"], [im]) for r, im in zip(rows, images) for _ in range(args.samples)]
+    params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=1.0, seed=args.seed)
+    texts = [g.text for g in backend.generate(requests, params)]
+    expanded = [r for r in rows for _ in range(args.samples)]
+    rewards = reward(
+        prompts=[r["question"] for r in expanded],
+        completions=texts,
+        image=[im for im in images for _ in range(args.samples)],
+        answer=[r["answer"] for r in expanded],
+    )
+    scored = [r for r in rewards if r is not None]
+    forms = [answer_form(r["kind"], t) for r, t in zip(expanded, texts)]
+    shares = {form: forms.count(form) / len(forms) for form in ("complete", "incomplete", "other")}
+    samples = [{"question": r["question"], "completion": t, "form": f, "reward": w}
+               for r, t, f, w in zip(expanded, texts, forms, rewards)]  # fmt: skip
+    return sum(scored) / max(1, len(scored)), shares, samples
+
+
+class History:
+    """Logged values per step (TrainerCallback.on_log), for the JSON line and the curve."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict[str, float]] = []
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        history = self
+
+        class Record(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                numbers = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+                history.logs.append({"step": state.global_step, **numbers})
+
+        return Record()
+
+
+def plot(history: History, before: float, after: float, path: Path, window: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps, rewards = zip(*[(r["step"], r["reward"]) for r in history.logs if "reward" in r])
+    smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
+              for i in range(len(rewards))]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, rewards, alpha=0.35, label="mean judge reward per step (training batch)")
+    ax.plot(steps, smooth, label=f"moving average ({window} steps)")
+    ax.axhline(before, ls=":", c="grey", label=f"held-out before: {before:.3f}")
+    ax.axhline(after, ls="--", c="black", label=f"held-out after: {after:.3f}")
+    ax.set_xlabel("GRPO step"), ax.set_ylabel("judge reward (pairwise vs reference)"), ax.set_ylim(0, 0.7)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/policy_reward_curve"))
+    parser.add_argument("--world-n", type=int, default=800, help="world items drawn (4 of every 5 kinds are used)")
+    parser.add_argument("--image-size", type=int, default=56, help="56 px → 4 image tokens per picture")
+    parser.add_argument("--heldout", type=int, default=32, help="questions kept out of every training stage")
+    parser.add_argument("--samples", type=int, default=4, help="sampled completions per held-out question")
+    parser.add_argument("--judge-sft-steps", type=int, default=300)
+    parser.add_argument("--policy-sft-steps", type=int, default=150)
+    parser.add_argument("--garbage-pairs", type=int, default=2, help="malformed-answer pairs per question (judge)")
+    parser.add_argument("--complete-share", type=float, default=0.25, help="complete answers in the policy's SFT")
+    parser.add_argument("--sft-lr", type=float, default=3e-3)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--grpo-steps", type=int, default=120)
+    parser.add_argument("--grpo-lr", type=float, default=3e-4)
+    parser.add_argument("--beta", type=float, default=0.04, help="KL penalty: keeps the policy near its SFT start")
+    parser.add_argument("--num-generations", type=int, default=4)
+    parser.add_argument("--max-completion-length", type=int, default=24)
+    parser.add_argument("--judge-max-new-tokens", type=int, default=28, help="the longest trace is 24 tokens")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import torch
+
+    from judge.judging import JudgeConfig
+    from judge.reward_fn import JudgeRewardFunction
+    from judge.tiny import build_tiny_model
+    from training.policy import JudgePolicyGRPOConfig, run_policy
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    data = make_data(out, args)
+    world, heldout = data["world"], data["heldout"]
+    histories = {"judge_sft": History(), "policy_sft": History(), "grpo": History()}
+
+    judge_base = build_tiny_model(out / "judge-untrained", size="tiny", seed=args.seed)
+    policy_base = build_tiny_model(out / "policy-untrained", size="tiny", seed=args.seed + 1)
+    stage = time.perf_counter()
+    sft(judge_base, world / "judge_sft.jsonl", out / "judge", args.judge_sft_steps, args, histories["judge_sft"])
+    judge_sft_s = time.perf_counter() - stage
+    judge_config = JudgeConfig(orders=2, max_new_tokens=args.judge_max_new_tokens, batch_size=32, prompt=COMPACT_PROMPT)
+    reward = JudgeRewardFunction(
+        judge=str(out / "judge"),
+        judge_config=judge_config,
+        mode="pairwise",
+        reference_column="answer",
+        backend_kwargs={"device": "cpu", "max_batch_size": 64},
+    )
+    accuracy = {flawed: judge_accuracy(reward, heldout, world, flawed) for flawed in ("incomplete", "malformed")}
+
+    stage = time.perf_counter()
+    sft(
+        policy_base,
+        world / "policy_sft.jsonl",
+        out / "policy-sft",
+        args.policy_sft_steps,
+        args,
+        histories["policy_sft"],
+    )
+    policy_sft_s = time.perf_counter() - stage
+    before, forms_before, samples_before = heldout_reward(out / "policy-sft", reward, heldout, world, args)
+
+    config = JudgePolicyGRPOConfig(
+        model_name_or_path=str(out / "policy-sft"),
+        train_file=str(world / "prompts.jsonl"),
+        output_dir=str(out / "policy-grpo"),
+        judge_model=str(out / "judge"),
+        judge_config_file=str(world / "judge.yaml"),
+        judge_mode="pairwise",
+        judge_orders=2,
+        judge_max_new_tokens=args.judge_max_new_tokens,
+        judge_batch_size=32,
+        max_steps=args.grpo_steps,
+        per_device_train_batch_size=args.batch_size,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        temperature=1.0,
+        learning_rate=args.grpo_lr,
+        beta=args.beta,
+        logging_steps=1,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        seed=args.seed,
+        disable_tqdm=True,
+    )
+    stage = time.perf_counter()
+    run_policy(config, callbacks=[histories["grpo"].callback()])
+    grpo_s = time.perf_counter() - stage
+    after, forms_after, samples_after = heldout_reward(out / "policy-grpo", reward, heldout, world, args)
+
+    curve = [r["reward"] for r in histories["grpo"].logs if "reward" in r]
+    plot(histories["grpo"], before, after, out / "policy_reward_curve.png", window=10)
+    (out / "history.json").write_text(json.dumps({k: h.logs for k, h in histories.items()}))
+    (out / "heldout_samples.json").write_text(json.dumps({"before": samples_before, "after": samples_after}, indent=1))
+    tenth = max(1, len(curve) // 10)
+    result = {
+        "benchmark": "policy_reward_curve",
+        "judge": f"tiny Qwen2.5-VL, {args.judge_sft_steps} SFT steps on world pairs (complete vs incomplete / "
+        "malformed); in process, pairwise vs the reference answer, 2 display orders",
+        "policy": f"tiny Qwen2.5-VL, {args.policy_sft_steps} SFT steps on world answers "
+        f"({args.complete_share:.0%} complete)",
+        "judge_heldout_accuracy": {f"complete_vs_{k}": round(v, 4) for k, v in accuracy.items()},
+        "heldout_questions": len(heldout),
+        "samples_per_question": args.samples,
+        "reward_before": round(before, 4),
+        "reward_after": round(after, 4),
+        "forms_before": {k: round(v, 4) for k, v in forms_before.items()},
+        "forms_after": {k: round(v, 4) for k, v in forms_after.items()},
+        "train_reward_first_10pct": round(sum(curve[:tenth]) / tenth, 4),
+        "train_reward_last_10pct": round(sum(curve[-tenth:]) / tenth, 4),
+        "steps": len(curve),
+        "grpo_lr": args.grpo_lr,
+        "beta": args.beta,
+        "batch": f"{args.batch_size // args.num_generations} prompts × {args.num_generations} completions",
+        "judge_sft_s": round(judge_sft_s, 1),
+        "policy_sft_s": round(policy_sft_s, 1),
+        "grpo_s": round(grpo_s, 1),
+        "wall_s": round(time.perf_counter() - start, 1),
+        "threads": args.threads,
+        "sample_before": samples_before[0]["completion"],
+        "sample_after": samples_after[0]["completion"],
+        "curve": str(out / "policy_reward_curve.png"),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

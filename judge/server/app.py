@@ -1,0 +1,341 @@
+"""The reward server: HTTP in, `compute_rewards` / `Judge.select` out, through one batching worker.
+
+Routes only adapt wire formats (`judge.server.limits`) to the reward engine (`judge.rewarding`); the judge,
+the config, the metrics and the batcher live on `app.state`. Every refusal is a 4xx JSON envelope
+`{"error": {"message", "field", "type"}}`; the worker survives any request.
+
+    app = create_app(Judge(make_backend("runs/judge"), JudgeConfig(orders=2)), ServerConfig(port=8000))
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF), `GET /health`, `GET /metrics`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from judge.judging import Judge
+from judge.rewarding import RewardRequest, RewardResult, compute_rewards
+from judge.server.batching import Batcher, JobTimeout, QueueFull, ShuttingDown
+from judge.server.config import ServerConfig
+from judge.server.limits import (
+    GetRewardBatch,
+    WireError,
+    check_api_key,
+    parse_get_reward_body,
+    parse_json,
+    parse_judge_body,
+    parse_reward_body,
+)
+from judge.server.metrics import Metrics
+from judge.types import MCItem, Verdict
+
+__all__ = ["create_app", "reward_cost"]
+
+log = logging.getLogger("mrjudge.server")
+
+ENDPOINTS = ("/v1/judge", "/v1/reward", "/get_reward", "/health", "/metrics")
+UNGRADED_REWARD = 0.5
+"""Reward for a lone response with nothing to compare it with: neither good nor bad."""
+
+
+# -- the work the batcher runs ------------------------------------------------------------------------------
+
+
+@dataclass
+class JudgeWork:
+    items: list[MCItem]
+
+
+@dataclass
+class RewardWork:
+    requests: list[RewardRequest]
+
+
+def reward_cost(request: RewardRequest) -> int:
+    """MC items a reward request puts in front of the judge (what a batch's size is counted in)."""
+    g = len(request.responses)
+    if request.mode == "listwise":
+        return 1
+    if request.mode == "pairwise":
+        return g
+    return g * (g - 1) // 2 if request.tournament == "round_robin" else g - 1
+
+
+def make_run_batch(judge: Judge, max_options: int):
+    """The batcher's `run_batch`: all reward requests of a batch in one `compute_rewards`, all items in one
+    `select` (the engine batches each call to the backend)."""
+
+    def run_batch(payloads: list[JudgeWork | RewardWork]) -> list[list[Verdict] | list[RewardResult]]:
+        requests = [r for p in payloads if isinstance(p, RewardWork) for r in p.requests]
+        items = [i for p in payloads if isinstance(p, JudgeWork) for i in p.items]
+        results = iter(compute_rewards(judge, requests, max_options=max_options) if requests else [])
+        verdicts = iter(judge.select(items) if items else [])
+        out: list[Any] = []
+        for p in payloads:
+            if isinstance(p, RewardWork):
+                out.append([next(results) for _ in p.requests])
+            else:
+                out.append([next(verdicts) for _ in p.items])
+        return out
+
+    return run_batch
+
+
+# -- HTTP plumbing ------------------------------------------------------------------------------------------
+
+
+def _error_response(error: WireError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+class MetricsMiddleware:
+    """Counts every response by endpoint and status, and times it (pure ASGI: no body buffering)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            path = scope.get("path", "")
+            self.metrics.request(path if path in ENDPOINTS else "other", status, time.perf_counter() - start)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The raw body, refused (413) as soon as it is known to exceed `max_bytes`."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise WireError(400, "Content-Length", "not an integer", "invalid_request") from None
+        if size > max_bytes:
+            raise WireError(413, "body", f"{size} bytes is above max_body_bytes ({max_bytes})", "too_large")
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > max_bytes:
+            raise WireError(413, "body", f"more than max_body_bytes ({max_bytes}) bytes", "too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int) -> Any:
+    """Queue `work` for the judge; the batcher's refusals become 503 / 504 envelopes."""
+    state = request.app.state
+    try:
+        return await state.batcher.submit(work, cost, state.config.request_timeout_s)
+    except QueueFull as exc:
+        raise WireError(503, "", f"{exc}; retry later", "overloaded", {"Retry-After": str(exc.retry_after_s)}) from None
+    except ShuttingDown as exc:
+        raise WireError(503, "", str(exc), "shutting_down", {"Retry-After": "5"}) from None
+    except JobTimeout as exc:
+        raise WireError(504, "", f"{exc} (request_timeout_s)", "timeout") from None
+    except ValueError as exc:  # DataError, ImageLoadError: the request, not the server
+        raise WireError(422, "", str(exc), "invalid_request") from None
+
+
+def _timing(start: float, done: Any) -> dict[str, float]:
+    total = 1000 * (time.perf_counter() - start)
+    return {
+        "queue_ms": round(done.queue_ms, 3),
+        "judge_ms": round(done.judge_ms, 3),
+        "total_ms": round(total, 3),
+        "batch_requests": done.batch_requests,
+        "batch_items": done.batch_items,
+    }
+
+
+# -- the app ------------------------------------------------------------------------------------------------
+
+
+def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
+    """The reward server around `judge` (any backend). Start it with uvicorn; the batcher starts with it.
+
+    Args:
+        judge: the judge every endpoint uses; only the batcher's single thread ever calls it.
+        config: listening, batching and input limits (`ServerConfig()` when omitted).
+    """
+    config = config or ServerConfig()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher = Batcher(
+            make_run_batch(judge, config.max_candidates),
+            max_batch_items=config.max_batch_items,
+            max_wait_ms=config.max_wait_ms,
+            max_queue=config.max_queue,
+            on_batch=metrics.batch,
+        )
+        metrics.queue_depth = lambda: batcher.depth
+        app.state.batcher = batcher
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()  # uvicorn has let in-flight requests finish; finish anything still queued
+
+    app = FastAPI(title="mr-judge reward server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.judge = judge
+    app.state.config = config
+    app.state.metrics = metrics
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+
+    @app.exception_handler(WireError)
+    async def wire_error(request: Request, exc: WireError) -> JSONResponse:
+        metrics.error(exc.kind)
+        return _error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        metrics.error(kind)
+        return _error_response(WireError(exc.status_code, "", str(exc.detail), kind, exc.headers))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        metrics.error("internal")
+        return _error_response(WireError(500, "", f"internal error ({type(exc).__name__})", "internal"))
+
+    async def authorized(request: Request) -> None:
+        check_api_key(request.headers.get("authorization"), config.api_key)
+
+    async def json_body(request: Request) -> dict[str, Any]:
+        return parse_json(await read_body(request, config.max_body_bytes))
+
+    @app.get("/health")
+    async def health(request: Request) -> dict[str, Any]:
+        batcher = request.app.state.batcher
+        return {
+            "status": "ok",
+            "backend": getattr(judge.backend, "name", type(judge.backend).__name__),
+            "queue_depth": batcher.depth,
+            "max_batch_items": config.max_batch_items,
+            "max_candidates": config.max_candidates,
+        }
+
+    @app.get("/metrics", dependencies=[Depends(authorized)])
+    async def get_metrics() -> PlainTextResponse:
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/judge", dependencies=[Depends(authorized)])
+    async def judge_items(request: Request) -> dict[str, Any]:
+        start = time.perf_counter()
+        items = await run_in_threadpool(parse_judge_body, await json_body(request), config)
+        done = await _submit(request, JudgeWork(items), len(items))
+        return {"verdicts": [v.to_dict() for v in done.result], "timing": _timing(start, done)}
+
+    @app.post("/v1/reward", dependencies=[Depends(authorized)])
+    async def reward(request: Request) -> dict[str, Any]:
+        start = time.perf_counter()
+        reward_request = await run_in_threadpool(parse_reward_body, await json_body(request), config)
+        done = await _submit(request, RewardWork([reward_request]), reward_cost(reward_request))
+        [result] = done.result
+        return {
+            "rewards": result.rewards,
+            "verdicts": [v.to_dict() for v in result.verdicts],
+            "mode": reward_request.mode,
+            "timing": _timing(start, done),
+        }
+
+    @app.post("/get_reward", dependencies=[Depends(authorized)])
+    async def get_reward(request: Request) -> dict[str, Any]:
+        start = time.perf_counter()
+        batch = await run_in_threadpool(parse_get_reward_body, await json_body(request), config)
+        return await _openrlhf_rewards(request, batch, config, start)
+
+    return app
+
+
+async def _openrlhf_rewards(request: Request, batch: GetRewardBatch, config: ServerConfig, start: float) -> dict:
+    """Group queries by prompt and images so listwise judging sees whole groups, judge, scatter back.
+
+    A lone response with a label is judged pairwise against it; a lone one without gets 0.5 (flagged in
+    `extra_logs.judge_ungraded`); groups above the option limit play a tournament.
+    """
+    groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for index, key in enumerate(batch.group_keys):
+        groups.setdefault(key, []).append(index)
+    n = len(batch.responses)
+    rewards = [UNGRADED_REWARD] * n
+    ungraded = [0.0] * n
+    unparsed = [0.0] * n
+    group_size = [0.0] * n
+    judged: list[tuple[list[int], RewardRequest]] = []
+    for (prompt, _), members in groups.items():
+        for i in members:
+            group_size[i] = float(len(members))
+        first = members[0]
+        responses = [batch.responses[i] for i in members]
+        group_id = hashlib.sha1(f"{prompt}\x00{batch.group_keys[first][1]}".encode()).hexdigest()[:16]
+        common = dict(prompt=prompt, images=batch.images[first], id=group_id)
+        if len(members) == 1 and batch.labels[first] is None:
+            ungraded[first] = 1.0
+            continue
+        if len(members) == 1:
+            reward_request = RewardRequest(
+                responses=responses, reference=batch.labels[first], mode="pairwise", **common
+            )
+        elif len(members) <= config.max_candidates:
+            reward_request = RewardRequest(responses=responses, mode="listwise", **common)
+        else:
+            reward_request = RewardRequest(
+                responses=responses, mode="tournament", tournament=batch.tournament, **common
+            )
+        judged.append((members, reward_request))
+    timing = {"queue_ms": 0.0, "judge_ms": 0.0, "total_ms": 0.0}
+    if judged:
+        requests = [r for _, r in judged]
+        done = await _submit(request, RewardWork(requests), sum(reward_cost(r) for r in requests))
+        for (members, _), result in zip(judged, done.result):
+            for i, reward in zip(members, result.rewards):
+                rewards[i] = reward
+            if any(v.choice is None for v in result.verdicts):
+                for i in members:
+                    unparsed[i] = 1.0
+        timing = _timing(start, done)
+    else:
+        timing["total_ms"] = round(1000 * (time.perf_counter() - start), 3)
+    notes = []
+    if any(ungraded):
+        notes.append(
+            f"{int(sum(ungraded))} queries had no other response to the same prompt and no label: reward "
+            f"{UNGRADED_REWARD} (extra_logs.judge_ungraded = 1)"
+        )
+    if batch.unsplit:
+        notes.append(f"{batch.unsplit} queries did not start with their prompt; the whole query was judged")
+    return {
+        "rewards": rewards,
+        "scores": list(rewards),
+        "extra_logs": {"judge_group_size": group_size, "judge_ungraded": ungraded, "judge_unparsed": unparsed},
+        "notes": notes,
+        "timing": timing,
+    }

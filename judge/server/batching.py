@@ -1,0 +1,236 @@
+"""Dynamic batching: concurrent requests are merged into judge batches by one worker.
+
+The judge is not thread-safe, so exactly one worker runs it: an asyncio task that takes the first waiting
+job, waits up to `max_wait_ms` for more to join (until the batch holds `max_batch_items` MC items), and
+runs the whole batch in a single-thread executor so the event loop keeps answering HTTP meanwhile.
+`max_batch_items=1` turns batching off: one request per batch, no waiting.
+
+    batcher = Batcher(run_batch, max_batch_items=32, max_wait_ms=10, max_queue=256)
+    await batcher.start()
+    done = await batcher.submit(payload, cost=2, timeout_s=60)   # Done(result, queue_ms, judge_ms)
+    await batcher.stop()                                         # finishes every queued job first
+
+If a merged batch fails, each job is re-run alone so one bad request cannot fail its neighbours; a job's
+exception is raised in its own `submit` call. The worker never dies of a job's exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Batcher", "Done", "JobTimeout", "QueueFull", "ShuttingDown"]
+
+
+class QueueFull(RuntimeError):
+    """Too many requests are waiting; the client should retry after `retry_after_s`."""
+
+    def __init__(self, depth: int, retry_after_s: int) -> None:
+        super().__init__(f"{depth} requests are waiting for the judge")
+        self.retry_after_s = retry_after_s
+
+
+class ShuttingDown(RuntimeError):
+    """The server is draining its queue before exiting and takes no new work."""
+
+
+class JobTimeout(TimeoutError):
+    """The job was not finished within its timeout (waiting plus judging)."""
+
+
+@dataclass
+class Done:
+    """A finished job: its result and where its time went."""
+
+    result: Any
+    queue_ms: float
+    judge_ms: float
+    batch_requests: int
+    batch_items: int
+
+
+@dataclass
+class _Job:
+    payload: Any
+    cost: int
+    future: asyncio.Future
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class Batcher:
+    """One worker that runs `run_batch(payloads) -> results` (same length, same order) on merged jobs.
+
+    Args:
+        run_batch: judges a list of payloads in one go; called in the worker thread, never concurrently.
+        max_batch_items: a batch is closed when adding the next job would exceed this many MC items
+            (a single job larger than that still runs, alone).
+        max_wait_ms: how long the first job of a batch waits for company.
+        max_queue: jobs allowed to wait; `submit` raises `QueueFull` beyond.
+        on_batch: called with (requests, items) for every batch that runs (metrics).
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[Any]], Sequence[Any]],
+        *,
+        max_batch_items: int,
+        max_wait_ms: float,
+        max_queue: int,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.run_batch = run_batch
+        self.max_batch_items = max_batch_items
+        self.max_wait_s = max_wait_ms / 1000
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._closing = False
+        self._mean_batch_s = 0.0
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting (not counting the batch being judged)."""
+        return len(self._queue)
+
+    async def start(self) -> None:
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrjudge-judge")
+        self._task = asyncio.create_task(self._work(), name="mrjudge-batcher")
+
+    async def stop(self) -> None:
+        """Refuse new jobs, finish the queued ones, then stop the worker and its thread."""
+        self._closing = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    async def submit(self, payload: Any, cost: int, timeout_s: float) -> Done:
+        """Queue one job and wait for it.
+
+        Raises:
+            QueueFull: `max_queue` jobs are already waiting.
+            ShuttingDown: the server is stopping.
+            JobTimeout: not done within `timeout_s` (the job is dropped if it has not started).
+            Exception: whatever `run_batch` raised for this job.
+        """
+        if self._closing or self._wakeup is None:
+            raise ShuttingDown("the server is shutting down")
+        if len(self._queue) >= self.max_queue:
+            raise QueueFull(len(self._queue), self._retry_after(len(self._queue)))
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Job(payload, max(1, cost), future))
+        self._wakeup.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except asyncio.TimeoutError as exc:
+            future.cancel()  # the worker skips it if it has not started; a running batch's answer is dropped
+            raise JobTimeout(f"not judged within {timeout_s:g} s") from exc
+        except asyncio.CancelledError:
+            future.cancel()  # the client went away
+            raise
+
+    # -- worker -----------------------------------------------------------------------------------------
+
+    def _retry_after(self, depth: int) -> int:
+        per_batch = self._mean_batch_s or 1.0
+        return max(1, math.ceil(per_batch * max(1, depth) / max(1, self.max_batch_items)))
+
+    async def _work(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            while self._queue and self._queue[0].future.done():
+                self._queue.popleft()  # timed out or abandoned while waiting
+            if not self._queue:
+                if self._closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            batch = await self._collect()
+            await self._run(batch)
+
+    async def _collect(self) -> list[_Job]:
+        """The first waiting job plus whatever joins within `max_wait_ms`, up to `max_batch_items`."""
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        batch = [self._queue.popleft()]
+        items = batch[0].cost
+        deadline = loop.time() + self.max_wait_s
+        while items < self.max_batch_items:
+            if self._queue:
+                if self._queue[0].future.done():
+                    self._queue.popleft()
+                    continue
+                if items + self._queue[0].cost > self.max_batch_items:
+                    break  # it opens the next batch
+                job = self._queue.popleft()
+                batch.append(job)
+                items += job.cost
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._closing:
+                break
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
+        return batch
+
+    async def _run(self, batch: list[_Job]) -> None:
+        live = [job for job in batch if not job.future.done()]
+        if not live:
+            return
+        assert self._executor is not None
+        items = sum(job.cost for job in live)
+        if self.on_batch is not None:
+            self.on_batch(len(live), items)
+        start = time.perf_counter()
+        try:
+            outcomes = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._run_isolated, [job.payload for job in live]
+            )
+        except BaseException as exc:  # noqa: BLE001 - the worker must survive anything but its own cancellation
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            outcomes = [exc] * len(live)
+        elapsed = time.perf_counter() - start
+        self._mean_batch_s = elapsed if not self._mean_batch_s else 0.8 * self._mean_batch_s + 0.2 * elapsed
+        for job, outcome in zip(live, outcomes):
+            if job.future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                job.future.set_exception(outcome)
+            else:
+                queue_ms = 1000 * (start - job.enqueued)
+                job.future.set_result(Done(outcome, queue_ms, 1000 * elapsed, len(live), items))
+
+    def _run_isolated(self, payloads: list[Any]) -> list[Any]:
+        """`run_batch` on the whole batch; if it raises, on each payload alone (outcome or exception each)."""
+        try:
+            results = list(self.run_batch(payloads))
+            if len(results) != len(payloads):
+                raise RuntimeError(f"run_batch returned {len(results)} results for {len(payloads)} jobs")
+            return results
+        except Exception as exc:  # noqa: BLE001
+            if len(payloads) == 1:
+                return [exc]
+        outcomes: list[Any] = []
+        for payload in payloads:
+            try:
+                outcomes.append(self.run_batch([payload])[0])
+            except Exception as exc:  # noqa: BLE001
+                outcomes.append(exc)
+        return outcomes

@@ -1,0 +1,121 @@
+"""Prometheus text-format metrics, written by hand so the server needs no extra dependency.
+
+Counters, one gauge and histograms; updated from the event loop and the judge thread, hence the lock.
+`GET /metrics` returns `Metrics.render()`:
+
+    mrjudge_requests_total{endpoint="/v1/reward",status="200"} 12
+    mrjudge_batch_items_bucket{le="8"} 3
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+__all__ = ["Histogram", "Metrics"]
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}" if pairs else ""
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+class Histogram:
+    """Cumulative buckets, a sum and a count, as Prometheus histograms are exposed."""
+
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.buckets = tuple(buckets)
+        self.counts = [0] * (len(self.buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str, labels: Sequence[tuple[str, str]] = ()) -> list[str]:
+        out, running = [], 0
+        for bound, n in zip([*self.buckets, float("inf")], self.counts):
+            running += n
+            le = "+Inf" if bound == float("inf") else _num(bound)
+            out.append(f"{name}_bucket{_labels([*labels, ('le', le)])} {running}")
+        out.append(f"{name}_sum{_labels(labels)} {_num(self.sum)}")
+        out.append(f"{name}_count{_labels(labels)} {self.count}")
+        return out
+
+
+class Metrics:
+    """The reward server's counters; `queue_depth` is read live from the batcher when rendering."""
+
+    def __init__(self, queue_depth: Callable[[], int] | None = None) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, str], int] = defaultdict(int)
+        self.errors: dict[str, int] = defaultdict(int)
+        self.judgments = 0
+        self.batch_items = Histogram(BATCH_BUCKETS)
+        self.batch_requests = Histogram(BATCH_BUCKETS)
+        self.latency: dict[str, Histogram] = {}
+        self.queue_depth = queue_depth or (lambda: 0)
+
+    def request(self, endpoint: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self.requests[(endpoint, str(status))] += 1
+            self.latency.setdefault(endpoint, Histogram(LATENCY_BUCKETS)).observe(seconds)
+
+    def error(self, kind: str) -> None:
+        with self._lock:
+            self.errors[kind] += 1
+
+    def batch(self, n_requests: int, n_items: int) -> None:
+        with self._lock:
+            self.batch_requests.observe(n_requests)
+            self.batch_items.observe(n_items)
+            self.judgments += n_items
+
+    def render(self) -> str:
+        """The exposition text (format 0.0.4)."""
+        with self._lock:
+            out = [
+                "# HELP mrjudge_requests_total HTTP requests by endpoint and status.",
+                "# TYPE mrjudge_requests_total counter",
+            ]
+            for (endpoint, status), n in sorted(self.requests.items()):
+                out.append(f"mrjudge_requests_total{_labels([('endpoint', endpoint), ('status', status)])} {n}")
+            out += [
+                "# HELP mrjudge_errors_total Refused or failed requests by kind.",
+                "# TYPE mrjudge_errors_total counter",
+            ]
+            for kind, n in sorted(self.errors.items()):
+                out.append(f"mrjudge_errors_total{_labels([('kind', kind)])} {n}")
+            out += [
+                "# HELP mrjudge_judgments_total MC items judged.",
+                "# TYPE mrjudge_judgments_total counter",
+                f"mrjudge_judgments_total {self.judgments}",
+                "# HELP mrjudge_queue_depth Requests waiting for the judge.",
+                "# TYPE mrjudge_queue_depth gauge",
+                f"mrjudge_queue_depth {self.queue_depth()}",
+                "# HELP mrjudge_batch_items MC items per judge batch.",
+                "# TYPE mrjudge_batch_items histogram",
+                *self.batch_items.lines("mrjudge_batch_items"),
+                "# HELP mrjudge_batch_requests Requests merged into one judge batch.",
+                "# TYPE mrjudge_batch_requests histogram",
+                *self.batch_requests.lines("mrjudge_batch_requests"),
+                "# HELP mrjudge_request_latency_seconds Time from request to response, by endpoint.",
+                "# TYPE mrjudge_request_latency_seconds histogram",
+            ]
+            for endpoint, histogram in sorted(self.latency.items()):
+                out += histogram.lines("mrjudge_request_latency_seconds", [("endpoint", endpoint)])
+        return "\n".join(out) + "\n"

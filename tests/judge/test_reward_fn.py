@@ -1,0 +1,370 @@
+"""The judge as a TRL reward function: grouping, planning, in-process judging, and HTTP with its failures.
+
+The HTTP tests run a real server on loopback (FastAPI + uvicorn): a stand-in for `mrjudge serve`'s
+`POST /v1/reward` that calls `judge.rewarding.compute_rewards` on a rule judge, with switches to answer 503
+to the first N calls, 500 to prompts carrying a marker, hold answers back, and demand an API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import socket
+import threading
+import time
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from PIL import Image
+from trl.trainer.utils import get_callable_name, is_async_callable
+
+from judge.images import image_to_data_url, load_image
+from judge.judging import Judge, JudgeConfig
+from judge.reward_fn import AsyncJudgeRewardFunction, JudgeRewardFunction, completion_text, prompt_text, reward_endpoint
+from judge.rewarding import RewardRequest, compute_rewards
+from judge.types import DataError
+from tests.support.openai_server import serve
+from tests.support.scripted_judge import RuleJudgeBackend
+
+ALWAYS_500 = "[always-500]"
+"""A prompt carrying this marker is answered 500 by the stand-in, every time."""
+
+
+def _rule_judge() -> Judge:
+    return Judge(RuleJudgeBackend(), JudgeConfig(orders=2))
+
+
+class Metrics:
+    """Stands in for TRL's `log_metric` keyword: records every (name, value)."""
+
+    def __init__(self) -> None:
+        self.logged: dict[str, list[float]] = {}
+
+    def __call__(self, name: str, value: float) -> None:
+        self.logged.setdefault(name, []).append(value)
+
+    def last(self, name: str) -> float:
+        return self.logged[name][-1]
+
+
+# -- the stand-in reward server ---------------------------------------------------------------------------
+
+
+def _fresh_state() -> dict:
+    # `active` is replaced, not cleared, so answers a previous test left sleeping do not count here.
+    return {"calls": 0, "fail_first": 0, "delay_s": 0.0, "api_key": None, "active": [], "max_in_flight": 0,
+            "bodies": [], "image_sizes": []}  # fmt: skip
+
+
+def make_reward_app(state: dict) -> FastAPI:
+    app = FastAPI()
+    judge = _rule_judge()
+    lock = threading.Lock()
+
+    def error(status: int, message: str, field: str | None, kind: str, **headers: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "field": field, "type": kind}}, status, headers=headers)
+
+    @app.post("/v1/reward")
+    async def reward(request: Request) -> JSONResponse:
+        state["calls"] += 1
+        number = state["calls"]  # read now: concurrent requests move the counter while this one awaits
+        if state["api_key"] and request.headers.get("authorization") != f"Bearer {state['api_key']}":
+            return error(401, "missing or wrong API key", None, "unauthorized")
+        body = await request.json()
+        active, token = state["active"], object()
+        active.append(token)
+        state["max_in_flight"] = max(state["max_in_flight"], len(active))
+        try:
+            if state["delay_s"]:
+                await asyncio.sleep(state["delay_s"])
+            if number <= state["fail_first"]:
+                return error(503, "queue full", None, "overloaded", **{"Retry-After": "0"})
+            if ALWAYS_500 in body["prompt"]:
+                return error(500, "judge crashed", None, "internal")
+            images = [load_image(url) for url in body.get("images") or []]
+            state["image_sizes"].append([im.size for im in images])
+            state["bodies"].append(body)
+            req = RewardRequest(
+                prompt=body["prompt"],
+                responses=body["responses"],
+                images=images,
+                reference=body.get("reference"),
+                mode=body.get("mode", "listwise"),
+                tournament=body.get("tournament", "round_robin"),
+            )
+            try:
+                with lock:
+                    [result] = compute_rewards(judge, [req], max_options=8)
+            except DataError as exc:
+                return error(422, str(exc), exc.field_name, "invalid_request")
+            return JSONResponse(
+                {"rewards": result.rewards, "verdicts": [v.to_dict() for v in result.verdicts], "timing": result.timing}
+            )
+        finally:
+            active.remove(token)
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def server():
+    state = _fresh_state()
+    with serve(make_reward_app(state)) as url:
+        yield url, state
+
+
+@pytest.fixture
+def reward_server(server):
+    """The module's server with its switches and counters reset: (url, state)."""
+    url, state = server
+    state.update(_fresh_state())
+    return url, state
+
+
+def _http(url: str, **kwargs) -> JudgeRewardFunction:
+    return JudgeRewardFunction(url, **{"backoff_s": 0.01, "timeout_s": 10.0, **kwargs})
+
+
+# -- reading TRL's arguments ------------------------------------------------------------------------------
+
+MULTI_TURN = [{"role": "user", "content": "A"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "B"}]
+TOOL_USE = [
+    {"role": "assistant", "content": "call"},
+    {"role": "tool", "content": "42"},
+    {"role": "assistant", "content": "It is 42."},
+]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "text"),
+    [
+        ("Plain?", "Plain?"),  # standard (non-conversational) prompt
+        ([{"role": "user", "content": "Q?"}], "Q?"),  # conversational, string content
+        ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q?"}], "Q?"),  # system left out
+        ([{"role": "user", "content": [{"type": "image", "image": None}, {"type": "text", "text": "Q?"}]}], "Q?"),
+        (MULTI_TURN, "A\n\nB"),  # multi-turn: every user turn
+    ],
+)
+def test_prompt_text(prompt, text):
+    assert prompt_text(prompt) == text
+
+
+@pytest.mark.parametrize(
+    ("completion", "text"),
+    [
+        ("Red.", "Red."),  # standard
+        ([{"role": "assistant", "content": "Red."}], "Red."),  # conversational
+        ([{"role": "assistant", "content": [{"type": "text", "text": "Red."}]}], "Red."),  # content blocks
+        (TOOL_USE, "It is 42."),  # tool use: the final answer
+        ([], ""),  # nothing generated
+    ],
+)
+def test_completion_text(completion, text):
+    assert completion_text(completion) == text
+
+
+@pytest.mark.parametrize(
+    "url", ["http://j:8000", "http://j:8000/", "http://j:8000/v1", "http://j:8000/v1/", "http://j:8000/v1/reward"]
+)
+def test_reward_endpoint_accepts_any_root(url):
+    assert reward_endpoint(url) == "http://j:8000/v1/reward"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, "exactly one of server_url"),  # nowhere to judge
+        ({"server_url": "http://j", "judge": "runs/judge"}, "exactly one of server_url"),  # two places
+        ({"judge": "j", "mode": "best"}, "mode must be one of"),
+        ({"judge": "j", "mode": "pairwise"}, "set reference_column"),  # pairwise without a reference
+        ({"judge": "j", "tournament": "swiss"}, "tournament must be"),
+        ({"judge": "j", "max_options": 1}, "max_options"),
+        ({"judge": "j", "max_retries": -1}, "max_retries >= 0"),
+    ],
+)
+def test_bad_configurations_fail_at_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        JudgeRewardFunction(**kwargs)
+
+
+# -- in process -------------------------------------------------------------------------------------------
+
+
+def test_listwise_groups_by_prompt_and_maps_rewards_back():
+    reward = JudgeRewardFunction(judge=_rule_judge())
+    prompts = ["P1", "P2", "P1", "P2", "P1"]  # interleaved: grouping must not rely on order
+    completions = ["score=1", "score=4", "score=7", "score=2", "score=3"]
+    metrics = Metrics()
+    assert reward(prompts=prompts, completions=completions, log_metric=metrics) == [0.0, 1.0, 1.0, 0.0, 0.0]
+    assert reward.totals["groups"] == 2 and reward.judge.backend.calls == 1  # both groups in one batch
+    assert metrics.last("judge/failed_frac") == 0.0 and metrics.last("judge/unscored_frac") == 0.0
+    assert metrics.last("judge/latency_s") >= 0.0 and get_callable_name(reward) == "judge"
+
+
+def test_conversational_prompts_group_by_image_content():
+    red, blue = Image.new("RGB", (28, 28), "red"), Image.new("RGB", (28, 28), "blue")
+    prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Colour?"}]}]
+    completions = [[{"role": "assistant", "content": f"score={s}"}] for s in (1, 2, 5, 3)]
+    images = [red, red.copy(), blue, blue.copy()]  # equal pixels in separate objects, as TRL's rows are
+    reward = JudgeRewardFunction(judge=_rule_judge())
+    assert reward([prompt] * 4, completions, image=images) == [0.0, 1.0, 1.0, 0.0]
+    assert reward.totals["groups"] == 2
+
+
+def test_a_lone_completion_is_judged_against_its_reference_or_gets_none():
+    reward = JudgeRewardFunction(judge=_rule_judge(), reference_column="answer")
+    metrics = Metrics()
+    rewards = reward(
+        prompts=["A", "B", "C"],
+        completions=["score=9", "score=1", "score=9"],
+        answer=["score=5", "score=5", None],  # C has no reference: nothing to compare with
+        log_metric=metrics,
+    )
+    assert rewards == [1.0, 0.0, None]
+    assert metrics.last("judge/unscored_frac") == pytest.approx(1 / 3) and metrics.last("judge/failed_frac") == 0.0
+
+
+def test_pairwise_mode_judges_every_completion_against_the_reference():
+    reward = JudgeRewardFunction(judge=_rule_judge(), mode="pairwise", reference_column="answer")
+    rewards = reward(prompts=["Q"] * 3, completions=["score=1", "score=6", "score=9"], answer=["score=5"] * 3)
+    assert rewards == [0.0, 1.0, 1.0]  # listwise would have given the 6 nothing
+
+
+def test_groups_above_the_option_limit_play_a_knockout():
+    reward = JudgeRewardFunction(judge=_rule_judge(), max_options=8)
+    completions = [f"score={(7 * i) % 10}" for i in range(10)]
+    rewards = reward(prompts=["Q"] * 10, completions=completions)
+    best = completions.index("score=9")
+    # Rounds survived out of 4: the champion 1.0, the finalist 0.75; listwise would give one 1.0 and zeros.
+    assert rewards[best] == 1.0 and sorted(rewards)[-2] == 0.75
+    assert all(r in (0.0, 0.25, 0.5, 0.75, 1.0) for r in rewards)
+
+
+class BrokenBackend(RuleJudgeBackend):
+    def generate(self, requests, params):
+        self.calls += 1
+        raise RuntimeError("CUDA out of memory")
+
+
+def test_in_process_failures_give_none_after_retries(caplog):
+    judge = Judge(BrokenBackend(), JudgeConfig(orders=2))
+    reward = JudgeRewardFunction(judge=judge, max_retries=2, backoff_s=0.001)
+    metrics = Metrics()
+    with caplog.at_level(logging.WARNING, logger="judge.reward_fn"):
+        assert reward(["Q", "Q", "R", "R"], ["a", "b", "c", "d"], log_metric=metrics) == [None] * 4
+    assert metrics.last("judge/failed_frac") == 1.0 and metrics.last("judge/failed_groups") == 2
+    assert metrics.last("judge/retries") == 2
+    assert "CUDA out of memory" in caplog.text and "reward None" in caplog.text
+
+
+def test_in_process_a_bad_group_sinks_only_itself(tmp_path):
+    reward = JudgeRewardFunction(judge=_rule_judge(), max_retries=0)
+    rewards = reward(
+        ["Q", "Q", "R", "R"],
+        ["score=1", "score=2", "score=2", "score=1"],
+        images=[[], [], [str(tmp_path / "missing.png")], [str(tmp_path / "missing.png")]],
+    )
+    assert rewards == [0.0, 1.0, None, None]
+    assert reward.totals["failed_groups"] == 1
+
+
+def test_configuration_pickles_without_its_runtime():
+    reward = JudgeRewardFunction(judge="runs/judge", judge_config={"orders": 2, "max_new_tokens": 4}, name="vqa_judge")
+    copy = pickle.loads(pickle.dumps(reward))
+    assert copy.judge == "runs/judge" and get_callable_name(copy) == "vqa_judge" and copy._local_judge is None
+
+
+# -- over HTTP --------------------------------------------------------------------------------------------
+
+
+def test_http_gives_the_same_rewards_as_in_process_and_sends_images(reward_server):
+    url, state = reward_server
+    image = Image.new("RGB", (30, 20), "green")
+    prompts = ["Q", "Q", "Q", "R", "R"]
+    completions = ["score=2", "score=8", "score=5", "score=1", "score=0"]
+    kwargs = {"image": [image, image.copy(), image.copy(), image_to_data_url(image), image_to_data_url(image)]}
+    local = JudgeRewardFunction(judge=_rule_judge())(prompts, completions, **kwargs)
+    remote = _http(url)
+    assert remote(prompts, completions, **kwargs) == local == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert state["calls"] == 2 and state["image_sizes"] == [[(30, 20)], [(30, 20)]]
+    assert {b["mode"] for b in state["bodies"]} == {"listwise"} and all("reference" in b for b in state["bodies"])
+    copy = pickle.loads(pickle.dumps(remote))  # after a call: client and loop exist, and are not pickled
+    assert copy(prompts, completions, **kwargs) == local
+    remote.close()
+    assert remote(prompts, completions, **kwargs) == local  # a closed function starts again on the next call
+
+
+def test_http_retries_a_full_queue_then_succeeds(reward_server):
+    url, state = reward_server
+    state["fail_first"] = 2  # 503 + Retry-After: 0
+    metrics = Metrics()
+    rewards = _http(url, max_retries=3)(["Q", "Q"], ["score=1", "score=3"], log_metric=metrics)
+    assert rewards == [0.0, 1.0]
+    assert state["calls"] == 3 and metrics.last("judge/retries") == 2 and metrics.last("judge/failed_frac") == 0.0
+
+
+def test_http_a_group_that_keeps_failing_gets_none(reward_server, caplog):
+    url, state = reward_server
+    metrics = Metrics()
+    reward = _http(url, max_retries=2)
+    with caplog.at_level(logging.WARNING, logger="judge.reward_fn"):
+        rewards = reward(["ok", "ok", ALWAYS_500, ALWAYS_500], ["score=1", "score=3"] * 2, log_metric=metrics)
+    assert rewards == [0.0, 1.0, None, None]
+    assert state["calls"] == 1 + 3  # the good group once, the bad one 1 + max_retries times
+    assert metrics.last("judge/failed_groups") == 1 and metrics.last("judge/failed_frac") == 0.5
+    assert metrics.last("judge/retries") == 2 and reward.totals["failed"] == 2
+    assert "HTTP 500: judge crashed" in caplog.text
+
+
+def test_http_client_errors_are_not_retried(reward_server, caplog):
+    url, state = reward_server
+    reward = _http(url, max_options=16)  # more than the server's 8: a listwise group of 10 is refused
+    with caplog.at_level(logging.WARNING, logger="judge.reward_fn"):
+        assert reward(["Q"] * 10, [f"score={i}" for i in range(10)]) == [None] * 10
+    assert state["calls"] == 1 and reward.totals["retries"] == 0
+    assert "HTTP 422 (field 'responses')" in caplog.text
+
+
+def test_http_timeouts_and_refused_connections_are_retried_then_give_none(reward_server):
+    url, state = reward_server
+    state["delay_s"] = 1.0
+    reward = _http(url, timeout_s=0.2, max_retries=1)
+    assert reward(["Q", "Q"], ["score=1", "score=2"]) == [None, None]
+    assert reward.totals["retries"] == 1 and state["calls"] == 2
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    refused = _http(f"http://127.0.0.1:{port}", max_retries=2)
+    assert refused(["Q", "Q"], ["a", "b"]) == [None, None] and refused.totals["retries"] == 2
+
+
+def test_http_sends_the_api_key(reward_server, monkeypatch):
+    url, state = reward_server
+    state["api_key"] = "s3cret"
+    assert _http(url, api_key="s3cret")(["Q", "Q"], ["score=1", "score=2"]) == [0.0, 1.0]
+    assert _http(url, api_key="wrong")(["Q", "Q"], ["score=1", "score=2"]) == [None, None]  # 401: not retried
+    monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", "s3cret")
+    assert _http(url)(["Q", "Q"], ["score=1", "score=2"]) == [0.0, 1.0]
+
+
+def test_async_variant_is_what_trl_awaits_and_sends_groups_concurrently(reward_server):
+    url, state = reward_server
+    state["delay_s"] = 0.3
+    reward = AsyncJudgeRewardFunction(url, backoff_s=0.01)
+    assert is_async_callable(reward) and not is_async_callable(_http(url))
+    prompts = [p for p in "ABCD" for _ in range(2)]
+    start = time.perf_counter()
+    rewards = asyncio.run(reward(prompts=prompts, completions=["score=1", "score=2"] * 4))
+    assert rewards == [0.0, 1.0] * 4
+    assert state["max_in_flight"] == 4 and time.perf_counter() - start < 4 * 0.3
+
+
+def test_backoff_doubles_with_jitter_and_honours_retry_after():
+    reward = JudgeRewardFunction(judge="unused", backoff_s=1.0, max_backoff_s=30.0)
+    for attempt in range(4):
+        assert 0.5 * 2**attempt <= reward._backoff(attempt) <= 1.5 * 2**attempt
+    assert reward._backoff(0, retry_after=7.0) == 7.0  # the server knows best how long its queue needs
+    assert reward._backoff(10) == 30.0 and reward._backoff(0, retry_after=600) == 30.0  # capped

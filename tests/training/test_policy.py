@@ -1,0 +1,191 @@
+"""Policy GRPO with the judge as reward: prompt data, config checks, both recipes, and real GRPO steps.
+
+The steps run a tiny policy on the synthetic world with the judge in process (an untrained tiny judge,
+so every completion of a group of 4 gets exactly 1/4: it never writes an answer) and over HTTP (the
+stand-in reward server of `tests/judge/test_reward_fn.py`, a rule judge, failing its first call).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from transformers import TrainerCallback
+
+from judge.reward_fn import AsyncJudgeRewardFunction, JudgeRewardFunction
+from judge.types import DataError
+from scripts.cli import main
+from tests.judge.test_reward_fn import _fresh_state, make_reward_app
+from tests.support.openai_server import serve
+from training.common import load_config
+from training.policy import JudgePolicyGRPOConfig, build_policy_trainer, load_prompt_dataset
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+RECIPES = sorted(CONFIGS.glob("policy_*.yaml"))
+CPU = ["use_cpu=true", "bf16=false", "activation_checkpointing=false", "use_vllm=false", "report_to=none",
+       "disable_tqdm=true", "seed=0"]  # fmt: skip
+SMALL = ["per_device_train_batch_size=8", "num_generations=4", "max_completion_length=8", "logging_steps=1",
+         "learning_rate=0.001"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """World records as `write_world` writes them: {"id", "image", "question", "answer", "source"}."""
+    from data_synthesis.world import write_world
+
+    return write_world(12, 0, tmp_path_factory.mktemp("world"), size=56) / "records.jsonl"
+
+
+class Logs(TrainerCallback):
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.rows.append(dict(logs or {}))
+
+    def values(self, key: str) -> list[float]:
+        return [row[key] for row in self.rows if key in row]
+
+
+# -- data -------------------------------------------------------------------------------------------------
+
+
+def test_world_records_become_prompts_with_images_and_references(world):
+    data = load_prompt_dataset(world)
+    row = data[0]
+    first = json.loads(world.read_text().splitlines()[0])
+    assert row["prompt"] == [{"role": "user", "content": first["question"]}]
+    assert row["answer"] == first["answer"] and len(row["images"]) == 1 and row["images"][0].size == (56, 56)
+    text_only = load_prompt_dataset(world, policy_sees_images=False)
+    assert "images" not in text_only.column_names and len(text_only[0]["judge_images"]) == 1
+
+
+def test_prompt_files_take_text_or_messages_and_explain_bad_rows(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(
+        json.dumps({"prompt": "Name a prime.", "answer": 7}) + "\n"  # a number reference becomes text
+        + json.dumps({"prompt": [{"role": "system", "content": "Terse."}, {"role": "user", "content": "Hi?"}]}) + "\n"
+    )  # fmt: skip
+    data = load_prompt_dataset(path)
+    assert data.column_names == ["prompt", "answer"] and data["answer"] == ["7", None]
+    assert data[1]["prompt"][0]["role"] == "system"
+    path.write_text(json.dumps({"question": ""}) + "\n")
+    with pytest.raises(DataError, match="line 1: field 'prompt'"):
+        load_prompt_dataset(path)
+    path.write_text(json.dumps({"prompt": "Q?", "image": "nowhere.png"}) + "\n")
+    with pytest.raises(DataError, match="field 'image'.*not found"):
+        load_prompt_dataset(path)
+
+
+# -- config -----------------------------------------------------------------------------------------------
+
+
+def _config(*overrides: str) -> JudgePolicyGRPOConfig:
+    return load_config(
+        JudgePolicyGRPOConfig, None, ["model_name_or_path=m", "train_file=t", "output_dir=o", *CPU, *overrides]
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ([], "set exactly one of judge_server_url"),  # no judge at all
+        (["judge_model=j", "judge_server_url=http://j"], "set exactly one"),  # two judges
+        (["judge_model=j", "judge_mode=best"], "judge_mode must be one of"),
+        (["judge_model=j", "judge_mode=pairwise", "judge_reference_column=null"], "set judge_reference_column"),
+    ],
+)
+def test_config_refuses_what_cannot_work(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        _config(*overrides)
+
+
+@pytest.fixture
+def two_processes(monkeypatch):
+    """Pretend to be one of 2 training processes: groups can then straddle them."""
+    monkeypatch.setattr(JudgePolicyGRPOConfig, "world_size", property(lambda self: 2))
+
+
+def test_groups_split_across_processes_are_refused_unless_pairwise(two_processes):
+    split = ["judge_model=j", "per_device_train_batch_size=6", "num_generations=4"]  # 12 in all, 6 per process
+    with pytest.raises(ValueError, match=r"\(6 × 1 = 6\) must be a multiple of num_generations \(4\)"):
+        _config(*split)
+    assert _config(*split, "judge_mode=pairwise").judge_mode == "pairwise"  # each completion judged on its own
+
+
+def test_config_builds_the_reward_function(monkeypatch):
+    config = _config("judge_model=j", "judge_mode=pairwise", "judge_orders=4", "judge_max_new_tokens=64")
+    reward = config.reward_function()
+    assert type(reward) is JudgeRewardFunction and reward.mode == "pairwise" and reward.reference_column == "answer"
+    assert reward.judge_config.orders == 4 and reward.judge_config.max_new_tokens == 64
+    assert reward.backend == "hf" and reward.backend_kwargs == {"device": "cpu"}
+    monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", "k")
+    remote = _config("judge_server_url=http://judge:8000").reward_function()
+    assert isinstance(remote, AsyncJudgeRewardFunction) and remote.api_key == "k"
+    assert remote.endpoint == "http://judge:8000/v1/reward"
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_recipe_builds_its_trainer(path, tiny_vlm_dir, world, tmp_path):
+    assert path.read_text().startswith("#"), "each recipe opens with its launch command"
+    overrides = [f"model_name_or_path={tiny_vlm_dir}", f"train_file={world}", f"output_dir={tmp_path}", *CPU]
+    if "eval_file" in path.read_text():
+        overrides.append(f"eval_file={world}")
+    trainer = build_policy_trainer(load_config(JudgePolicyGRPOConfig, path, overrides))
+    [reward] = trainer.reward_funcs
+    assert isinstance(reward, JudgeRewardFunction) and reward.mode == "listwise"
+    assert {"prompt", "images", "answer"} <= set(trainer.train_dataset.column_names)
+    assert ("7b" in path.name) == isinstance(reward, AsyncJudgeRewardFunction)  # the 7B recipe uses a server
+
+
+def test_recipes_exist():
+    assert {p.name for p in RECIPES} == {"policy_grpo_tiny.yaml", "policy_grpo_qwen2_5_vl_7b.yaml"}
+
+
+def test_help_fields_lists_the_judge_fields(capsys):
+    assert main(["train", "policy", "--help-fields"]) == 0
+    out = capsys.readouterr().out
+    assert "judge_server_url:" in out and "judge_mode:" in out and "Policy to train" in out
+
+
+# -- GRPO steps -------------------------------------------------------------------------------------------
+
+
+def test_two_steps_with_the_judge_in_process_from_the_cli(tiny_vlm_dir, world, tmp_path, capsys):
+    out = tmp_path / "policy"
+    args = ["train", "policy", "--config", str(CONFIGS / "policy_grpo_tiny.yaml"), f"model_name_or_path={tiny_vlm_dir}",
+            f"judge_model={tiny_vlm_dir}", "judge_max_new_tokens=8", f"train_file={world}", f"output_dir={out}",
+            "max_steps=2", "save_steps=2", *SMALL, *CPU]  # fmt: skip
+    assert main(args) == 0
+    assert "trained 2 steps" in capsys.readouterr().out
+    logs = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    rewards = [row["rewards/judge/mean"] for row in logs if "rewards/judge/mean" in row]
+    # An untrained judge writes no answer, so each of a group's 4 completions is equally likely best.
+    assert rewards == [pytest.approx(0.25), pytest.approx(0.25)]
+    assert all(row["judge/failed_frac"] == 0.0 and row["judge/latency_s"] > 0 for row in logs if "reward" in row)
+    assert (out / "model.safetensors").exists() and "judge_model" in (out / "mrjudge_config.yaml").read_text()
+
+
+@pytest.mark.parametrize("policy", ["vlm", "lm"])
+def test_two_steps_against_a_reward_server_that_fails_once(policy, tiny_vlm_dir, tiny_lm_dir, world, tmp_path):
+    state = _fresh_state()
+    state["fail_first"] = 1  # the first request of the run is answered 503: retried, then judged
+    model = tiny_vlm_dir if policy == "vlm" else tiny_lm_dir
+    with serve(make_reward_app(state)) as url:
+        config = load_config(
+            JudgePolicyGRPOConfig,
+            CONFIGS / "policy_grpo_qwen2_5_vl_7b.yaml",
+            [f"model_name_or_path={model}", f"train_file={world}", f"eval_file={world}", f"output_dir={tmp_path}",
+             f"judge_server_url={url}", "judge_backoff_s=0.01", "max_steps=2", "save_strategy=no",
+             "gradient_accumulation_steps=1", "eval_strategy=no", "freeze_vision=false", *SMALL, *CPU],
+        )  # fmt: skip
+        logs = Logs()
+        trainer = build_policy_trainer(config, callbacks=[logs])
+        trainer.train()
+    rewards = logs.values("rewards/judge/mean")
+    assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
+    assert logs.values("judge/retries")[0] > 0 and logs.values("judge/failed_frac") == [0.0, 0.0]
+    assert trainer.reward_funcs[0].totals["groups"] == 4  # 2 steps × 2 prompts, one request each
+    # Each request carried its prompt's world image, also when the policy itself is text-only.
+    assert len(state["bodies"]) == 4 and all(sizes == [(56, 56)] for sizes in state["image_sizes"])

@@ -1,0 +1,246 @@
+"""Policy GRPO with the judge as the reward (TRL `GRPOTrainer`), for a text LM or a VLM policy.
+
+    mrjudge train policy --config configs/policy_grpo_tiny.yaml max_steps=20
+    accelerate launch --config_file configs/accelerate/zero3.yaml -m scripts.cli train policy \\
+        --config configs/policy_grpo_qwen2_5_vl_7b.yaml judge_server_url=http://judge-node:8000
+
+The data are prompts, one JSON object per line: `{"prompt", "image"?, "images"?, "answer"?}`, where
+`prompt` is a string or a list of chat messages; the synthetic world's records work as they are
+(`{"id", "image", "question", "answer"}`: question → prompt, answer → reference). The reward is
+`judge.reward_fn`'s: each prompt's `num_generations` completions are judged against each other (listwise),
+against the reference answer (pairwise) or in a tournament, by a reward server (`judge_server_url`) or a
+judge loaded in each training process (`judge_model`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trl import GRPOConfig
+
+from judge.reward_fn import API_KEY_ENV, AsyncJudgeRewardFunction, JudgeRewardFunction
+from judge.rewarding import MODES
+from training.common import JudgeModelArguments, prepare_model, run_recipe
+
+__all__ = ["JudgePolicyGRPOConfig", "build_policy_trainer", "load_prompt_dataset", "run_policy"]
+
+TEXT_POLICY_IMAGE_COLUMN = "judge_images"
+"""Where a text-only policy's dataset keeps the images: the judge sees them, TRL does not feed them to the policy."""
+
+
+@dataclass
+class JudgePolicyGRPOConfig(JudgeModelArguments, GRPOConfig):
+    """TRL's `GRPOConfig`, the policy's model fields, and where the judge is and how it rewards."""
+
+    # Policy and data (the model, LoRA and resume fields are shared with the judge recipes)
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Policy to train: a folder or hub id, text LM or VLM (e.g. Qwen2.5-VL-7B)."}
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts: JSONL of {prompt, image?, answer?}, or world records {id, image, question, answer}."
+        },
+    )
+    eval_file: str | None = field(default=None, metadata={"help": "Optional held-out prompts in the same format."})
+
+    # Judge: where it runs
+    judge_server_url: str | None = field(
+        default=None, metadata={"help": "Reward server (`mrjudge serve`) root, e.g. http://judge-node:8000."}
+    )
+    judge_model: str | None = field(
+        default=None,
+        metadata={"help": "Or judge in every training process: a folder / hub id, or an OpenAI-compatible /v1 URL."},
+    )
+    judge_backend: str | None = field(
+        default=None, metadata={"help": "In-process engine: hf, openai or vllm (default: openai for URLs, else hf)."}
+    )
+    judge_device: str | None = field(
+        default=None, metadata={"help": "In-process hf judge's device (default: this process's training device)."}
+    )
+    judge_config_file: str | None = field(
+        default=None,
+        metadata={"help": "YAML of JudgeConfig fields for the in-process judge (prompt wording it was trained on…)."},
+    )
+    # Judge: how it rewards
+    judge_mode: str = field(
+        default="listwise",
+        metadata={"help": "listwise (the group as one MC question), pairwise (vs the reference) or tournament."},
+    )
+    judge_tournament: str = field(
+        default="knockout", metadata={"help": "Tournament format: knockout (G - 1 games) or round_robin (G(G - 1)/2)."}
+    )
+    judge_reference_column: str | None = field(
+        default="answer", metadata={"help": "Column of reference answers (pairwise mode, lone completions)."}
+    )
+    judge_max_options: int = field(
+        default=8, metadata={"help": "Judge's option limit; larger listwise groups play a knock-out instead."}
+    )
+    judge_orders: int | None = field(
+        default=None, metadata={"help": "In-process: display orders per item (default 2; a server uses its own)."}
+    )
+    judge_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "In-process: the judge's reasoning budget in tokens (default 512)."}
+    )
+    judge_batch_size: int | None = field(
+        default=None, metadata={"help": "In-process: MC items per judge batch (default 8)."}
+    )
+    # Judge: the wire
+    judge_api_key_env: str = field(
+        default=API_KEY_ENV,
+        metadata={"help": "Environment variable holding the server's key (the key never enters a config file)."},
+    )
+    judge_timeout_s: float = field(default=120.0, metadata={"help": "Seconds per reward request attempt."})
+    judge_max_retries: int = field(
+        default=3, metadata={"help": "Retries of 5xx/429/timeouts; a group that still fails gets reward None."}
+    )
+    judge_backoff_s: float = field(default=1.0, metadata={"help": "First back-off; doubles per retry, with jitter."})
+    judge_max_concurrency: int = field(default=16, metadata={"help": "Reward requests in flight per process."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if (self.judge_server_url is None) == (self.judge_model is None):
+            raise ValueError(
+                "set exactly one of judge_server_url=… (a `mrjudge serve` server) or judge_model=… (a judge in "
+                f"each training process); got judge_server_url={self.judge_server_url!r}, "
+                f"judge_model={self.judge_model!r}"
+            )
+        if self.judge_mode not in MODES:
+            raise ValueError(f"judge_mode must be one of {', '.join(MODES)}, got {self.judge_mode!r}")
+        if self.judge_mode == "pairwise" and not self.judge_reference_column:
+            raise ValueError("judge_mode=pairwise compares with a reference: set judge_reference_column (e.g. answer)")
+        local = self.per_device_train_batch_size * self.steps_per_generation
+        if self.judge_mode != "pairwise" and local % self.num_generations:
+            raise ValueError(
+                f"per_device_train_batch_size × steps_per_generation ({self.per_device_train_batch_size} × "
+                f"{self.steps_per_generation} = {local}) must be a multiple of num_generations "
+                f"({self.num_generations}), or a prompt's completions are split across processes and judged in "
+                f"parts; change the batch, or use judge_mode=pairwise"
+            )
+
+    def judge_config(self) -> Any:
+        """The in-process judge's `JudgeConfig`: the YAML file's fields, then the `judge_*` fields set here."""
+        from judge.config import config_from_yaml
+        from judge.judging import JudgeConfig
+
+        overrides = {
+            key: value
+            for key, value in (
+                ("orders", self.judge_orders),
+                ("max_new_tokens", self.judge_max_new_tokens),
+                ("batch_size", self.judge_batch_size),
+            )
+            if value is not None
+        }
+        return config_from_yaml(JudgeConfig, self.judge_config_file, overrides)
+
+    def reward_function(self, image_columns: tuple[str, ...] = ("images", "image")) -> JudgeRewardFunction:
+        """The judge reward: the async variant for a server (TRL awaits it on its loop), the sync one in process."""
+        import os
+
+        common: dict[str, Any] = dict(
+            mode=self.judge_mode,
+            tournament=self.judge_tournament,
+            reference_column=self.judge_reference_column,
+            image_columns=image_columns,
+            max_options=self.judge_max_options,
+            max_retries=self.judge_max_retries,
+            backoff_s=self.judge_backoff_s,
+            timeout_s=self.judge_timeout_s,
+        )
+        if self.judge_server_url is not None:
+            return AsyncJudgeRewardFunction(
+                self.judge_server_url,
+                api_key=os.environ.get(self.judge_api_key_env) or None,
+                max_concurrency=self.judge_max_concurrency,
+                **common,
+            )
+        backend = self.judge_backend or ("openai" if self.judge_model.startswith(("http://", "https://")) else "hf")
+        kwargs = {"device": self.judge_device or str(self.device)} if backend == "hf" else {}
+        return JudgeRewardFunction(
+            judge=self.judge_model, judge_config=self.judge_config(), backend=backend, backend_kwargs=kwargs, **common
+        )
+
+
+def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True) -> Any:
+    """Prompts as a GRPO dataset: `prompt` (chat messages), `images` (PIL) and `answer` (the reference).
+
+    A world record and the row it becomes:
+
+        {"id": "world-000001", "image": "images/world-000001.png", "question": "How many triangles are there?",
+         "answer": "There is 1 triangle, at the middle right.", "source": "world/count"}
+        {"prompt": [{"role": "user", "content": "How many triangles are there?"}], "images": [<PIL.Image>],
+         "answer": "There is 1 triangle, at the middle right."}
+
+    Args:
+        path: the JSONL file; relative image paths are resolved against its folder.
+        policy_sees_images: False for a text-only policy: the images go to `judge_images`, which only the
+            judge reads (TRL would otherwise hand them to the policy's tokenizer).
+    """
+    import datasets
+
+    from judge.images import load_image
+    from judge.jsonl import read_jsonl
+    from judge.types import DataError
+
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    for number, raw in read_jsonl(path):
+        where = f"{path} line {number}"
+        prompt = raw.get("prompt", raw.get("question"))
+        if isinstance(prompt, str) and prompt.strip():
+            messages = [{"role": "user", "content": prompt}]
+        elif isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt):
+            messages = prompt
+        else:
+            raise DataError(
+                "prompt", "missing or empty", "give a `prompt` (text or chat messages) or a `question`", where
+            )
+        refs = raw.get("images") or ([raw["image"]] if raw.get("image") else [])
+        try:
+            images = [load_image(ref, path.parent) for ref in refs]
+        except ValueError as exc:
+            raise DataError("image", str(exc), "fix the image path (relative to the JSONL file)", where) from exc
+        answer = raw.get("answer", raw.get("reference"))
+        rows.append({"prompt": messages, "images": images, "answer": None if answer is None else str(answer)})
+    if not rows:
+        raise DataError("<file>", f"{path} holds no prompts", "write one JSON object per line")
+    columns: dict[str, list[Any]] = {"prompt": [r["prompt"] for r in rows]}
+    if any(r["images"] for r in rows):
+        columns["images" if policy_sees_images else TEXT_POLICY_IMAGE_COLUMN] = [r["images"] for r in rows]
+    if any(r["answer"] is not None for r in rows):
+        columns["answer"] = [r["answer"] for r in rows]
+    return datasets.Dataset.from_dict(columns)
+
+
+def build_policy_trainer(
+    config: JudgePolicyGRPOConfig, *, callbacks: list[Any] | None = None, checkpoint: str | None = None
+) -> Any:
+    """A `GRPOTrainer` for the policy, with the judge reward wired in (built lazily: nothing is judged yet)."""
+    import torch
+    from trl import GRPOTrainer
+
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
+    getattr(processor, "tokenizer", processor).padding_side = "left"  # TRL left-pads prompts (see training.grpo)
+    is_vlm = getattr(model.config, "vision_config", None) is not None
+    train = load_prompt_dataset(config.train_file, policy_sees_images=is_vlm)
+    evaluation = load_prompt_dataset(config.eval_file, policy_sees_images=is_vlm) if config.eval_file else None
+    image_columns = ("images", "image") if is_vlm else (TEXT_POLICY_IMAGE_COLUMN,)
+    return GRPOTrainer(
+        model=model,
+        args=config,
+        reward_funcs=[config.reward_function(image_columns)],
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=processor,
+        peft_config=peft_config,
+        callbacks=callbacks,
+    )
+
+
+def run_policy(config: JudgePolicyGRPOConfig, *, callbacks: list[Any] | None = None) -> Any:
+    """Train (resuming when `config.resume`); save the policy and its processor."""
+    return run_recipe(build_policy_trainer, config, callbacks)
