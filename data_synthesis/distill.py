@@ -58,8 +58,8 @@ class Rewriter(Protocol):
 class SceneReasoner:
     """The synthetic world's deterministic reasoner: checks every option against the scene (no hint needed).
 
-    `style` is `world.scene_reasoner`'s: "diff" (natural sentences) or "restate" (facts restated per
-    option, easiest for tiny models to learn).
+    `style` is `world.scene_reasoner`'s: "diff" (natural sentences), "restate" (facts restated per
+    option) or "contrast" (the options compared with each other, then only the disputed slot checked).
     """
 
     def __init__(self, style: str = "diff") -> None:

@@ -578,7 +578,39 @@ def _restated(tokens: list[str]) -> str:
     return " ".join(t.lower() for t in tokens if t.lower() not in _FILLER)
 
 
-REASONER_STYLES = ("diff", "restate")
+REASONER_STYLES = ("diff", "restate", "contrast")
+
+
+def _contrast(letters: list[str], truth: list[str], tokens: list[list[str]], best: int) -> str:
+    """Compare the options with each other first (text only), then check only what they disagree on.
+
+    "A says triangle; B says square. Image: square. B is right." — the image is consulted for one slot,
+    the one the options dispute, instead of for a whole description compared option by option.
+    """
+    low = [t.lower() for t in tokens[best]]
+    said, extra = [], []
+    for i, option in enumerate(tokens):
+        if i == best:
+            continue
+        matcher = difflib.SequenceMatcher(None, low, [t.lower() for t in option], autojunk=False)
+        for op, i1, i2, j1, j2 in matcher.get_opcodes():
+            right, wrong = _span(tokens[best][i1:i2]), _span(option[j1:j2])
+            if op == "replace" and right and wrong:
+                said.append((letters[i], wrong, right))
+                break
+            if right and not wrong:
+                extra.append(f"{letters[i]} leaves out {right}, so it is incomplete.")
+                break
+            if wrong and not right:
+                extra.append(f"{letters[i]} adds {wrong}, which is wrong.")
+                break
+    parts = []
+    if said:
+        claims = sorted([(letters[best], said[0][2])] + [(letter, w) for letter, w, _ in said])
+        parts.append("; ".join(f"{letter} says {w}" for letter, w in claims) + f". Image: {said[0][2]}.")
+    parts.extend(extra)
+    parts.append(f"{letters[best]} is right.")
+    return " ".join(parts)
 
 
 def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], style: str = "diff") -> str:
@@ -591,13 +623,20 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     Styles: "diff" names each wrong option's first difference in words ("A: says blue, but it is red,
     no."); "restate" states the true facts, then restates every option's facts in the same order and
     form and says yes or no ("Image: square top left red. A: square top left blue, no. B: square top
-    left red, yes.") — the same decision, laid out so that a tiny model can compare token by token.
+    left red, yes.") — the same decision, laid out so that a tiny model can compare token by token;
+    "contrast" compares the options with each other first and then checks only the disputed slot against
+    the image ("A says square; B says triangle. Image: square. A is right."), falling back to "diff" when no
+    option is exactly right.
     """
     if style not in REASONER_STYLES:
         raise ValueError(f"style must be one of {REASONER_STYLES}, got {style!r}")
     truth = _TOKEN.findall(_answer(scene, task))
     letters = option_letters(len(options))
     tokens = [_TOKEN.findall(o) for o in options]
+    low = [x.lower() for x in truth]
+    exact = [i for i, t in enumerate(tokens) if [x.lower() for x in t] == low]
+    if style == "contrast" and exact:
+        return f"<think>{_contrast(letters, truth, tokens, exact[0])}</think><answer>{letters[exact[0]]}</answer>"
     if style == "restate":
         facts = _restated(truth)
         lines = [
@@ -606,8 +645,6 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         ]
     else:
         lines = [_verdict(letter, truth, t) for letter, t in zip(letters, tokens)]
-    low = [x.lower() for x in truth]
-    exact = [i for i, t in enumerate(tokens) if [x.lower() for x in t] == low]
     if exact:
         best = exact[0]
     else:

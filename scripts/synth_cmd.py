@@ -103,7 +103,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _job_args(p)
     p.add_argument("--reasoner", choices=("model", "scene"), default="scene")
     p.add_argument(
-        "--reasoner-style", choices=("diff", "restate"), default="diff", help="scene reasoner's trace layout"
+        "--reasoner-style",
+        choices=("diff", "restate", "contrast"),
+        default="diff",
+        help="scene reasoner's trace layout",
     )
     _model_args(p, "reasoner")
     p.add_argument("--rewriter", choices=("model", "rules"), default="rules")

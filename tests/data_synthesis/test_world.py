@@ -367,3 +367,26 @@ def test_restate_style_decides_like_diff_style():
             parse_choice(diff, len(options)) == parse_choice(restate, len(options)) == options.index(item.record.answer)
         )
         assert restate.count(", yes.") == 1 and restate.count(", no.") == len(options) - 1
+
+
+def test_contrast_style_names_the_disputed_slot_in_letter_order():
+    task = Task("attribute", {"shape": 0, "attribute": "colour"})
+    right = "The circle at the top left is red."
+    out = scene_reasoner(SHAPES, task, "", [right.replace("red", "blue"), right], style="contrast")
+    assert out == "<think>A says blue; B says red. Image: red. B is right.</think><answer>B</answer>"
+    added = scene_reasoner(SHAPES, task, "", [right, right[:-1] + ", and red is cold."], style="contrast")
+    assert added == "<think>B adds red is cold, which is wrong. A is right.</think><answer>A</answer>"
+
+
+def test_contrast_style_decides_like_diff_style():
+    from data_synthesis.world import make_item, scene_negatives, scene_reasoner
+    from judge.parser import parse_choice
+
+    for index in range(100):
+        item = make_item(index, 5, image_path="x.png")
+        negatives = scene_negatives(item, 2, random.Random(index))
+        options = [n.text for n in negatives]
+        options.insert(index % (len(options) + 1), item.record.answer)
+        contrast = scene_reasoner(item.scene, item.task, item.record.question, options, style="contrast")
+        assert parse_choice(contrast, len(options)) == options.index(item.record.answer)
+        assert "Image:" in contrast or " adds " in contrast or " leaves out " in contrast
