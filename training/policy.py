@@ -23,6 +23,7 @@ from trl import GRPOConfig
 from judge.reward_fn import API_KEY_ENV, AsyncJudgeRewardFunction, JudgeRewardFunction
 from judge.rewarding import MODES
 from training.common import JudgeModelArguments, prepare_model, run_recipe
+from training.replay_trainer import ReplayArguments
 
 __all__ = ["JudgePolicyGRPOConfig", "build_policy_trainer", "load_prompt_dataset", "run_policy"]
 
@@ -31,8 +32,8 @@ TEXT_POLICY_IMAGE_COLUMN = "judge_images"
 
 
 @dataclass
-class JudgePolicyGRPOConfig(JudgeModelArguments, GRPOConfig):
-    """TRL's `GRPOConfig`, the policy's model fields, and where the judge is and how it rewards."""
+class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
+    """TRL's `GRPOConfig`, the policy's model fields, where the judge is and how it rewards, and the replay switch."""
 
     # Policy and data (the model, LoRA and resume fields are shared with the judge recipes)
     model_name_or_path: str | None = field(
@@ -222,6 +223,8 @@ def build_policy_trainer(
     import torch
     from trl import GRPOTrainer
 
+    from training.replay_trainer import ReplayGRPOTrainer
+
     dtype = torch.bfloat16 if config.bf16 else torch.float32
     model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
     getattr(processor, "tokenizer", processor).padding_side = "left"  # TRL left-pads prompts (see training.grpo)
@@ -229,7 +232,8 @@ def build_policy_trainer(
     train = load_prompt_dataset(config.train_file, policy_sees_images=is_vlm)
     evaluation = load_prompt_dataset(config.eval_file, policy_sees_images=is_vlm) if config.eval_file else None
     image_columns = ("images", "image") if is_vlm else (TEXT_POLICY_IMAGE_COLUMN,)
-    return GRPOTrainer(
+    trainer_class = ReplayGRPOTrainer if config.replay_shared_prompt else GRPOTrainer  # same loss, less memory
+    return trainer_class(
         model=model,
         args=config,
         reward_funcs=[config.reward_function(image_columns)],

@@ -1,0 +1,338 @@
+"""Exact shared-prompt replay vs the plain batched GRPO loss: peak memory, step time, gradient agreement.
+
+    python benchmarks/prefix_replay.py --quick                  # CPU, ~2-3 min on 2 cores
+    python benchmarks/prefix_replay.py                          # CPU default: 8K-token prompt, G = 2, 4, 8, 16
+    python benchmarks/prefix_replay.py --device cuda --model-size 1.5b --prompt-length 65536 --mem-cap-mib 40000
+
+Prints one JSON line. Each (method, G, prompt length) runs in a fresh subprocess, so one configuration's
+peak cannot hide in another's: on CPU the peak is VmHWM (reset through /proc/self/clear_refs once the model
+is built) minus the resident size just before the step; on CUDA it is `torch.cuda.max_memory_allocated`
+after `reset_peak_memory_stats`, minus the allocated bytes before the step. A step is one forward and
+backward of the GRPO (DAPO) loss of G completions of R tokens sharing one P-token prompt. The model is a
+Qwen2 built from a config with random weights (`--model-size`: `small` for CPUs, `0.5b`/`1.5b`/`3b` are
+Qwen2.5's shapes for GPUs), so nothing is downloaded.
+
+Figures: `mem_growth_*` = peak at G=16 / peak at G=2; `grad_cosine`, `grad_rel_l2` between replayed and
+plain gradients (float32, all parameters); `max_prompt_*_g8` = the longest prompt whose step at G=8 peaks
+under `--mem-cap-mib`, found by doubling from `--search-start` until a step exceeds the cap (or fails to
+allocate), then bisecting to 1/8 of the last doubling; every length reported was measured to fit, and the
+next probe above it measured not to. `max_prompt_ratio_g8` = replay's over plain's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Qwen2-family shapes (hidden, layers, heads, kv heads, intermediate, vocab, tied embeddings).
+MODEL_SIZES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
+    "small": (128, 4, 4, 2, 256, 2048, False),  # judge.tiny's "small": minutes on a CPU
+    "0.5b": (896, 24, 14, 2, 4864, 151936, True),  # Qwen2.5-0.5B
+    "1.5b": (1536, 28, 12, 2, 8960, 151936, True),  # Qwen2.5-1.5B
+    "3b": (2048, 36, 16, 2, 11008, 151936, True),  # Qwen2.5-3B
+}
+
+
+# -- one configuration, in its own process -----------------------------------------------------------------
+
+
+def _rss_mib(field: str) -> float:
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(rf"{field}:\s+(\d+)", status).group(1)) / 1024
+
+
+def _reset_peak_rss() -> bool:
+    """Linux resets VmHWM when 5 is written to clear_refs; without it the peak includes the set-up."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def build_model(size: str, device: str, dtype: Any, seed: int, max_positions: int) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    hidden, layers, heads, kv_heads, intermediate, vocab, tied = MODEL_SIZES[size]
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max(max_positions, 4096),
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=tied,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.train()
+
+
+def make_batch(group: int, prompt: int, completion: int, vocab: int, device: str, seed: int) -> Any:
+    import torch
+
+    from training.replay import ReplayBatch
+
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.randint(3, vocab, (1, prompt), generator=g).expand(group, prompt).contiguous()
+    completion_ids = torch.randint(3, vocab, (group, completion), generator=g)
+    ones = torch.ones(group, completion, dtype=torch.long)
+    return ReplayBatch(prompt_ids.to(device), torch.ones_like(prompt_ids).to(device), completion_ids.to(device),
+                       ones.to(device))  # fmt: skip
+
+
+def loss_for(batch: Any, seed: int) -> Any:
+    import torch
+
+    from training.replay import GRPOLoss
+
+    g = torch.Generator().manual_seed(seed + 1)
+    advantages = torch.randn(batch.size, generator=g).to(batch.completion_ids.device)
+    spec = GRPOLoss(loss_type="dapo")
+    mask = batch.completion_mask
+    return spec.loss_fn(spec.row_weights(mask, num_items_in_batch=mask.sum()), mask, advantages)
+
+
+def run_step(model: Any, batch: Any, method: str, branch_batch: int) -> None:
+    from training.replay import plain_backward, replay_backward
+
+    loss_fn = loss_for(batch, 0)
+    if method == "plain":
+        plain_backward(model, batch, loss_fn, entropy=False)
+    else:
+        replay_backward(model, batch, loss_fn, entropy=False, branch_batch=branch_batch)
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """One (method, G, P) step in this fresh process: peak memory above the pre-step baseline, and time."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    device = spec["device"]
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))  # the peak counters below read the current device
+    dtype = getattr(torch, spec["dtype"])
+    model = build_model(spec["model_size"], device, dtype, spec["seed"], spec["prompt"] + spec["completion"])
+    if spec.get("checkpointing"):  # plain: HF's per-layer checkpointing; replay: its own, cache kept (step c)
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    vocab = model.config.vocab_size
+    # Warm-up on a short prompt: kernels, thread pools and (for replay) the model's one-off exactness probe.
+    run_step(model, make_batch(2, 64, 8, vocab, device, 1), spec["method"], spec["branch_batch"])
+    model.zero_grad(set_to_none=True)
+    batch = make_batch(spec["group"], spec["prompt"], spec["completion"], vocab, device, spec["seed"])
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        exact_reset = _reset_peak_rss()
+        base = _rss_mib("VmRSS")
+    start = time.perf_counter()
+    try:
+        run_step(model, batch, spec["method"], spec["branch_batch"])
+        if cuda:
+            torch.cuda.synchronize()
+    except torch.OutOfMemoryError:
+        return {"ok": False, "oom": True}
+    seconds = time.perf_counter() - start
+    if cuda:
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        peak = _rss_mib("VmHWM") - base
+    out: dict[str, Any] = {"ok": True, "peak_mib": round(peak, 1), "step_s": round(seconds, 3)}
+    if not cuda and not exact_reset:
+        out["peak_includes_setup"] = True
+    return out
+
+
+def gradient_check(spec: dict[str, Any]) -> dict[str, Any]:
+    """Cosine and relative L2 between the plain and the replayed gradient (float32, every parameter)."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    device = spec["device"]
+    model = build_model(spec["model_size"], device, torch.float32, spec["seed"], spec["prompt"] + spec["completion"])
+    if spec.get("checkpointing"):
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    batch = make_batch(spec["group"], spec["prompt"], spec["completion"], model.config.vocab_size, device, spec["seed"])
+    # Uneven completions, so padding is part of the check.
+    for row in range(batch.size):
+        keep = max(1, spec["completion"] - 3 * row)
+        batch.completion_mask[row, keep:] = 0
+
+    def grads(method: str) -> Any:
+        model.zero_grad(set_to_none=True)
+        run_step(model, batch, method, spec["branch_batch"])
+        return torch.cat([p.grad.flatten().double() for p in model.parameters() if p.grad is not None])
+
+    plain, replay = grads("plain"), grads("replay")
+    return {
+        "grad_cosine": float(torch.nn.functional.cosine_similarity(plain, replay, dim=0)),
+        "grad_rel_l2": float((replay - plain).norm() / plain.norm()),
+    }
+
+
+# -- the driver --------------------------------------------------------------------------------------------
+
+
+def spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one configuration in a fresh interpreter; a crash or a kill by the OOM killer counts as not fitting."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "timeout": True}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"ok": False, "returncode": done.returncode, "stderr": done.stderr[-400:]}
+    return json.loads(lines[-1])
+
+
+def longest_prompt(base: dict[str, Any], method: str, cap_mib: float, start: int, limit: int, timeout: float,
+                   log: list) -> int:  # fmt: skip
+    """Doubling, then bisection to 1/8 of the last step: the longest measured prompt whose peak fits the cap."""
+
+    def fits(length: int) -> bool:
+        result = spawn({**base, "method": method, "group": 8, "prompt": length}, timeout)
+        ok = bool(result.get("ok")) and result["peak_mib"] <= cap_mib
+        log.append({"method": method, "group": 8, "prompt": length, "fits": ok, **result})
+        return ok
+
+    if not fits(start):
+        return 0
+    good, bad = start, None
+    while good * 2 <= limit:
+        if fits(good * 2):
+            good *= 2
+        else:
+            bad = good * 2
+            break
+    if bad is None:
+        return good
+    step = max((bad - good) // 8, 1)
+    while bad - good > step:
+        middle = (good + bad) // 2 // 64 * 64 or good + step
+        if middle <= good:
+            break
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    parser.add_argument(
+        "--model-size", default=None, choices=sorted(MODEL_SIZES), help="default: small (CPU), 1.5b (CUDA)"
+    )
+    parser.add_argument(
+        "--prompt-length", type=int, default=None, help="P for the G sweep (default 8192 CPU, 65536 CUDA)"
+    )
+    parser.add_argument("--completion-length", type=int, default=64, help="R, tokens per completion")
+    parser.add_argument("--groups", default="2,4,8,16", help="group sizes G for the sweep")
+    parser.add_argument("--branch-batch", type=int, default=1, help="completions replayed together")
+    parser.add_argument("--mem-cap-mib", type=float, default=None, help="cap for the longest-prompt search at G=8 "
+                        "(default 512 CPU, 40000 CUDA)")  # fmt: skip
+    parser.add_argument("--search-start", type=int, default=None, help="first prompt length of the search")
+    parser.add_argument("--search-limit", type=int, default=None, help="longest prompt the search tries")
+    parser.add_argument("--grad-prompt-length", type=int, default=None, help="P of the gradient check")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        choices=("on", "off"),
+        default=None,
+        help="per-layer activation checkpointing for both methods (default: off CPU, on CUDA)",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker (CPU)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
+    parser.add_argument("--quick", action="store_true", help="a 4K prompt and a shorter search")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", type=Path, default=None, help="also write every worker's result here (JSON)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        spec = json.loads(args.worker)
+        result = gradient_check(spec) if spec["method"] == "check" else worker(spec)
+        print(json.dumps(result), flush=True)
+        return 0
+
+    cuda = args.device.startswith("cuda")
+    size = args.model_size or ("1.5b" if cuda else "small")
+    prompt = args.prompt_length or (65536 if cuda else (4096 if args.quick else 8192))
+    cap = args.mem_cap_mib or (40000.0 if cuda else (256.0 if args.quick else 512.0))
+    start = args.search_start or (4096 if cuda else 512)
+    limit = args.search_limit or (1 << 20 if cuda else (16384 if args.quick else 32768))
+    groups = [int(g) for g in args.groups.split(",")]
+    checkpointing = (args.gradient_checkpointing or ("on" if cuda else "off")) == "on"
+    base = dict(device=args.device, dtype="bfloat16" if cuda else "float32", model_size=size,
+                completion=args.completion_length, branch_batch=args.branch_batch, threads=args.threads,
+                seed=args.seed, checkpointing=checkpointing)  # fmt: skip
+    began = time.perf_counter()
+    log: list[dict[str, Any]] = []
+
+    check = spawn({**base, "method": "check", "group": 4, "prompt": args.grad_prompt_length or min(prompt, 2048)},
+                  args.timeout)  # fmt: skip
+    sweep: dict[str, dict[str, Any]] = {"plain": {}, "replay": {}}
+    for method in ("replay", "plain"):
+        for g in groups:
+            result = spawn({**base, "method": method, "group": g, "prompt": prompt}, args.timeout)
+            log.append({"method": method, "group": g, "prompt": prompt, **result})
+            sweep[method][str(g)] = result
+
+    def growth(method: str) -> float | None:
+        lo, hi = sweep[method].get(str(min(groups))), sweep[method].get(str(max(groups)))
+        if not (lo and hi and lo.get("ok") and hi.get("ok")) or lo["peak_mib"] <= 0:
+            return None
+        return round(hi["peak_mib"] / lo["peak_mib"], 3)
+
+    fit = {m: longest_prompt(base, m, cap, start, limit, args.timeout, log) for m in ("plain", "replay")}
+    record = {
+        "benchmark": "prefix_replay",
+        "device": args.device,
+        "model_size": size,
+        "prompt_length": prompt,
+        "completion_length": args.completion_length,
+        "groups": groups,
+        "branch_batch": args.branch_batch,
+        "gradient_checkpointing": checkpointing,
+        "peak_mib": {m: {g: r.get("peak_mib") for g, r in sweep[m].items()} for m in sweep},
+        "failed": {m: [int(g) for g, r in sweep[m].items() if not r.get("ok")] for m in sweep},  # OOM, timeout
+        "step_s": {m: {g: r.get("step_s") for g, r in sweep[m].items()} for m in sweep},
+        "mem_growth_replay": growth("replay"),
+        "mem_growth_plain": growth("plain"),
+        "grad_cosine": check.get("grad_cosine"),
+        "grad_rel_l2": check.get("grad_rel_l2"),
+        "mem_cap_mib": cap,
+        "max_prompt_plain_g8": fit["plain"],
+        "max_prompt_replay_g8": fit["replay"],
+        "max_prompt_ratio_g8": round(fit["replay"] / fit["plain"], 2) if fit["plain"] else None,
+        "search_limit": limit,
+        "threads": args.threads,
+        "wall_s": round(time.perf_counter() - began, 1),
+    }
+    if args.log:
+        args.log.write_text(json.dumps({"record": record, "runs": log, "check": check}, indent=1))
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,627 @@
+"""Exact shared-prompt replay: its gradient equals the plain batched GRPO loss's, and it refuses what it can't match.
+
+Agreement is measured on tiny models built offline, as cosine ≥ 0.999999 and relative L2 ≤ 1e-5 between
+the replayed and the plain full-sequence gradient (float64 text models, float32 VLM and MoE), with padded
+prompts, uneven and empty completions, images, LoRA, and linear-attention (hybrid) layers. The trainer
+tests compare against TRL's own `GRPOTrainer._compute_loss` on a micro-batch TRL itself prepared.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from training.replay import (
+    LOSS_TYPES,
+    GRPOLoss,
+    ReplayBatch,
+    ReplayUnsupportedError,
+    check_replay_exact,
+    find_groups,
+    plain_backward,
+    replay_backward,
+    replay_token_logps,
+)
+
+COS_MIN, REL_MAX = 0.999999, 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matrices: one thread is as fast, and does not stall when another process holds the other core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+
+def text_batch(prompts: list[int], rows: list[tuple[int, int]], *, vocab: int, width: int, seed: int) -> ReplayBatch:
+    """Random prompts of the given lengths, left-padded; `rows` are (prompt index, completion length)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = [torch.randint(3, vocab, (n,), generator=g) for n in prompts]
+    longest = max(prompts)
+    b = len(rows)
+    prompt_ids, prompt_mask = torch.zeros(b, longest, dtype=torch.long), torch.zeros(b, longest, dtype=torch.long)
+    completion_ids = torch.randint(3, vocab, (b, width), generator=g)
+    completion_mask = torch.zeros(b, width, dtype=torch.long)
+    for i, (p, n) in enumerate(rows):
+        prompt_ids[i, longest - prompts[p] :] = tokens[p]
+        prompt_mask[i, longest - prompts[p] :] = 1
+        completion_mask[i, :n] = 1
+        completion_ids[i, n:] = 0  # TRL pads completions after EOS with the pad id
+    return ReplayBatch(prompt_ids, prompt_mask, completion_ids, completion_mask)
+
+
+def grpo_terms(model: nn.Module, batch: ReplayBatch, seed: int) -> dict[str, torch.Tensor]:
+    """Advantages, and old/ref log-probs pushed off the current ones so that clipping and KL both act."""
+    g = torch.Generator().manual_seed(seed)
+    logps, _ = replay_token_logps(model, batch)
+    return {
+        "advantages": torch.randn(batch.size, generator=g, dtype=torch.float64).to(logps.dtype),
+        "old_logps": logps + 0.3 * torch.randn(logps.shape, generator=g, dtype=torch.float64).to(logps.dtype),
+        "ref_logps": logps + 0.1 * torch.randn(logps.shape, generator=g, dtype=torch.float64).to(logps.dtype),
+    }
+
+
+def compare(model: nn.Module, batch: ReplayBatch, loss: GRPOLoss, terms: dict, **replay_kwargs) -> dict[str, float]:
+    """Plain and replayed backward of the same loss; their gradients' cosine and relative L2, and the losses."""
+    mask = batch.completion_mask
+    weights = loss.row_weights(mask, num_items_in_batch=mask.sum())
+    loss_fn = loss.loss_fn(weights, mask, terms["advantages"], terms["old_logps"], terms["ref_logps"])
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def grads() -> torch.Tensor:
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double() for p in params])
+        model.zero_grad(set_to_none=True)
+        return flat
+
+    model.zero_grad(set_to_none=True)
+    plain = plain_backward(model, batch, loss_fn)
+    g_plain = grads()
+    replayed = replay_backward(model, batch, loss_fn, **replay_kwargs)
+    g_replay = grads()
+    assert g_plain.norm() > 0
+    return {
+        "cos": float(nn.functional.cosine_similarity(g_plain, g_replay, dim=0)),
+        "rel": float((g_replay - g_plain).norm() / g_plain.norm()),
+        "loss_diff": abs(float(plain.loss - replayed.loss)),
+        "logp_diff": float((plain.logps - replayed.logps.double()).abs().max()),
+        "groups": replayed.groups,
+        "plain_rows": replayed.plain_rows,
+    }
+
+
+def assert_exact(stats: dict[str, float]) -> None:
+    assert stats["cos"] >= COS_MIN and stats["rel"] <= REL_MAX, stats
+    assert stats["loss_diff"] <= 1e-5 and stats["logp_diff"] <= 1e-4, stats
+
+
+@pytest.fixture(scope="module")
+def lm64(tiny_lm_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64).train()
+
+
+@pytest.fixture(scope="module")
+def lm_batch(lm64):
+    # Prompts of 40 and 31 tokens (left padding), 3 + 3 completions of uneven length, one completion empty
+    # (TRL's mask_truncated_completions), and a third prompt with a single completion (the plain path).
+    vocab = lm64.config.vocab_size
+    rows = [(0, 12), (1, 5), (0, 9), (1, 0), (2, 7), (0, 3), (1, 11)]
+    return text_batch([40, 31, 20], rows, vocab=vocab, width=12, seed=0)
+
+
+# -- grouping ---------------------------------------------------------------------------------------------
+
+
+def test_groups_are_found_by_content_and_the_rest_goes_plain():
+    p = torch.tensor([[0, 5, 6], [7, 8, 9], [0, 5, 6], [0, 0, 4], [7, 8, 9], [0, 5, 6], [3, 0, 6], [0, 0, 4]])
+    mask = (p > 0).long()
+    done = torch.ones(8, 3, dtype=torch.long)
+    done[4, 1] = 0  # a hole in a completion mask: padding inside the sequence
+    batch = ReplayBatch(p, mask, torch.ones(8, 3, dtype=torch.long), done)
+    groups, plain = find_groups(batch)
+    # rows 3, 7: a one-token prompt; row 4: the hole; row 6: padding that is not on the left; row 1 alone.
+    assert groups == [[0, 2, 5]] and plain == [1, 3, 4, 6, 7]
+    assert find_groups(ReplayBatch(p, mask, done, done, unsupported=("token_type_ids",))) == ([], list(range(8)))
+
+
+def test_rows_with_the_same_ids_but_different_images_are_different_groups():
+    ids = torch.tensor([[9, 4, 4, 4, 4, 5, 6]] * 5)  # 4 = the image token: one 2×2-patch image per row
+    red, blue = torch.zeros(4, 8), torch.ones(4, 8)
+    done = torch.ones(5, 2, dtype=torch.long)
+    batch = ReplayBatch(ids, torch.ones_like(ids), done, done, pixel_values=torch.cat([red, blue, red, blue, red]),
+                        image_grid_thw=torch.tensor([[1, 2, 2]] * 5), num_images=[1] * 5)  # fmt: skip
+    assert find_groups(batch, (4,)) == ([[0, 2, 4], [1, 3]], [])
+    assert find_groups(batch, (4,), images=False) == ([], [0, 1, 2, 3, 4])  # a VLM replay can't place images for
+    ends_in_image = ReplayBatch(ids[:, :-2], torch.ones_like(ids[:, :-2]), done, done)
+    assert find_groups(ends_in_image, (4,)) == ([], [0, 1, 2, 3, 4])
+
+
+# -- gradient agreement: text ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_replay_gradient_equals_the_plain_loss(loss_type, lm64, lm_batch):
+    loss = GRPOLoss(loss_type=loss_type, beta=0.04, use_bias_correction_kl=True, max_completion_length=12)
+    stats = compare(lm64, lm_batch, loss, grpo_terms(lm64, lm_batch, seed=1))
+    assert_exact(stats)
+    assert stats["groups"] == [[0, 2, 5], [1, 3, 6]] and stats["plain_rows"] == [4]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"importance_sampling_level": "sequence", "loss_type": "grpo"},  # GSPO
+        {"delta": 1.5, "epsilon_high": 0.28},  # two-sided clipping, DAPO's clip-higher
+        {"off_policy_mask_threshold": 0.05},  # DeepSeek-V3.2's off-policy sequence mask
+    ],
+)
+@pytest.mark.parametrize("branch_batch", [1, 2, 3])
+def test_replay_gradient_with_clipping_variants_and_branch_batches(options, branch_batch, lm64, lm_batch):
+    loss = GRPOLoss(beta=0.0, max_completion_length=12, **options)
+    assert_exact(compare(lm64, lm_batch, loss, grpo_terms(lm64, lm_batch, seed=2), branch_batch=branch_batch))
+
+
+@pytest.mark.parametrize("kind", ["lm", "qwen3_5"])
+def test_gradient_checkpointing_keeps_the_cache_and_the_gradient(kind, tiny_lm_dir):
+    """With checkpointing on, the prompt's recomputation (c) is checkpointed per layer, cache writes included."""
+    from transformers import AutoModelForCausalLM
+
+    if kind == "lm":
+        model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64).train()
+        batch = text_batch(
+            [40, 31, 20], [(0, 12), (1, 5), (0, 9), (1, 2), (2, 7)], vocab=model.config.vocab_size, width=12, seed=9
+        )  # row 4 alone: plain, checkpointed by HF
+    else:
+        model = hybrid_model("qwen3_5")
+        batch = text_batch([70, 45], [(0, 9), (1, 4), (0, 1), (1, 9)], vocab=300, width=9, seed=9)
+    model.gradient_checkpointing_enable({"use_reentrant": False})
+    assert_exact(compare(model, batch, GRPOLoss(beta=0.04), grpo_terms(model, batch, seed=10)))
+    layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
+    assert layers and all("forward" not in m.__dict__ for m in layers), "checkpointing restored as it was"
+
+
+def test_replayed_log_probs_without_grad_equal_the_plain_forward(lm64, lm_batch):
+    logps, entropy = replay_token_logps(lm64, lm_batch, entropy=True, branch_batch=2)
+    with torch.no_grad():
+        plain = plain_backward(lm64, lm_batch, lambda rows, lp, ent: lp.sum() * 0)
+    assert torch.allclose(logps.double(), plain.logps, atol=1e-6)
+    assert torch.allclose(entropy.double(), plain.entropy, atol=1e-6)
+    assert (logps[lm_batch.completion_mask == 0] == 0).all(), "padding scores 0, as in TRL"
+
+
+def test_lora_gradients_match(tiny_lm_dir, lm_batch):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"])
+    model = get_peft_model(base, config).train()
+    for name, p in model.named_parameters():
+        if "lora_B" in name:  # B starts at zero; move it so the adapters shape the prompt state too
+            nn.init.normal_(p, std=0.05)
+    assert sum(p.requires_grad for p in model.parameters()) == 16
+    loss = GRPOLoss(loss_type="dapo", beta=0.04)
+    assert_exact(compare(model, lm_batch, loss, grpo_terms(model, lm_batch, seed=3)))
+
+
+def test_lora_dropout_uses_the_same_masks_for_the_prompt_twice(tiny_lm_dir, lm_batch):
+    """With dropout on, the prompt's recomputation (c) must see the masks its first pass (a) drew."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
+    model = get_peft_model(base, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"])).train()
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            nn.init.normal_(p, std=0.05)
+    rows = ReplayBatch(lm_batch.prompt_ids[[0, 2]], lm_batch.prompt_mask[[0, 2]], lm_batch.completion_ids[[0, 2]],
+                       lm_batch.completion_mask[[0, 2]])  # fmt: skip
+    from training import replay
+
+    policy = replay._resolve(model)
+    prompt = replay._prompt_inputs(policy, rows, 0)
+    rng = replay._RngReplay(torch.device("cpu"))
+    with torch.no_grad():
+        first = replay._prompt_state(policy, prompt).flat()
+    torch.rand(100)  # the branches draw from the generator in between
+    with rng.replay():
+        again = replay._prompt_state(policy, prompt).flat()
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+# -- gradient agreement: images ----------------------------------------------------------------------------
+
+
+def vlm_batch(model_dir: Path) -> tuple[ReplayBatch, int]:
+    """Qwen2.5-VL rows as TRL builds them: two image prompts (different sizes) × 2, a text-only prompt × 2, and
+    one image prompt with a single completion. Returns the batch and the image token id."""
+    from transformers import AutoProcessor
+
+    import judge.hf_compat  # noqa: F401  (the image-only processor, no torchvision needed)
+
+    processor = AutoProcessor.from_pretrained(model_dir)
+    processor.tokenizer.padding_side = "left"
+    red, blue, green = Image.new("RGB", (84, 56), (220, 0, 0)), Image.new("RGB", (56, 112), (0, 0, 220)), Image.new("RGB", (56, 56), (0, 200, 0))  # fmt: skip
+    ask = lambda i: "What colour is it?" + " Look again." * i  # noqa: E731
+    prompts = [
+        ([{"type": "image"}, {"type": "text", "text": ask(0)}], [red]),
+        ([{"type": "image"}, {"type": "text", "text": ask(1)}], [blue]),
+        ([{"type": "text", "text": "Count to three, please."}], []),
+        ([{"type": "image"}, {"type": "text", "text": ask(2)}], [green]),
+    ]
+    order = [0, 1, 0, 2, 3, 1, 2]
+    texts = [
+        processor.apply_chat_template([{"role": "user", "content": prompts[i][0]}], add_generation_prompt=True, tokenize=False)
+        for i in order
+    ]  # fmt: skip
+    enc = processor(text=texts, images=[prompts[i][1] for i in order], padding=True, return_tensors="pt")
+    g = torch.Generator().manual_seed(4)
+    width = 10
+    lengths = [10, 4, 7, 9, 6, 1, 10]
+    completion_ids = torch.randint(3, 600, (len(order), width), generator=g)
+    completion_mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+    types = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(completion_ids)], dim=1)
+    batch = ReplayBatch(
+        enc["input_ids"],
+        enc["attention_mask"],
+        completion_ids * completion_mask,
+        completion_mask,
+        pixel_values=enc["pixel_values"],
+        image_grid_thw=enc["image_grid_thw"],
+        num_images=[len(prompts[i][1]) for i in order],
+        mm_token_type_ids=types,
+    )
+    return batch, processor.image_token_id
+
+
+def test_replay_gradient_equals_the_plain_loss_with_images(tiny_vlm_dir):
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, dtype=torch.float32).train()
+    batch, _ = vlm_batch(tiny_vlm_dir)
+    loss = GRPOLoss(loss_type="grpo", beta=0.04)
+    stats = compare(model, batch, loss, grpo_terms(model, batch, seed=5), branch_batch=2)
+    assert_exact(stats)
+    assert stats["groups"] == [[0, 2], [1, 5], [3, 6]] and stats["plain_rows"] == [4]
+    visual = [p for n, p in model.named_parameters() if "visual" in n]
+    assert visual and all(p.grad is None for p in visual), "compare() leaves no gradients behind"
+
+
+# -- memory ----------------------------------------------------------------------------------------------
+
+
+class SavedBytes:
+    """Peak bytes of activations autograd holds at once (parameters excluded): CPU memory without the noise."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.live = self.peak = 0
+
+    def __enter__(self) -> SavedBytes:
+        meter = self
+
+        class Held:
+            def __init__(self, t: torch.Tensor) -> None:
+                self.t, self.n = t, t.untyped_storage().nbytes()
+                meter.live += self.n
+                meter.peak = max(meter.peak, meter.live)
+
+            def __del__(self) -> None:
+                meter.live -= self.n
+
+        def pack(t: torch.Tensor):
+            return t if t.untyped_storage().data_ptr() in self.params else Held(t)
+
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda h: h.t if isinstance(h, Held) else h)
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hooks.__exit__(*exc)
+
+
+def test_replay_holds_the_prompt_once_whatever_the_group_size(tiny_lm_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float32).train()
+    vocab = model.config.vocab_size
+    peaks: dict[tuple[str, int], int] = {}
+    for g in (2, 8):
+        batch = text_batch([384], [(0, 8)] * g, vocab=vocab, width=8, seed=g)
+        loss = GRPOLoss(loss_type="dapo")
+        fn = loss.loss_fn(loss.row_weights(batch.completion_mask, num_items_in_batch=8 * g), batch.completion_mask,
+                          torch.ones(g))  # fmt: skip
+        for name, run in (("plain", plain_backward), ("replay", replay_backward)):
+            with SavedBytes(model) as meter:
+                run(model, batch, fn)
+            model.zero_grad(set_to_none=True)
+            peaks[name, g] = meter.peak
+    assert peaks["replay", 8] <= 1.05 * peaks["replay", 2], peaks  # the prompt once, one branch at a time
+    assert peaks["plain", 8] >= 3.0 * peaks["plain", 2], peaks  # G copies of the prompt
+    assert peaks["replay", 8] <= 0.3 * peaks["plain", 8], peaks
+
+
+# -- hybrid (linear-attention) models ----------------------------------------------------------------------
+
+
+def hybrid_model(kind: str) -> nn.Module:
+    """A tiny Qwen3.5 (dense) or Qwen3-Next (MoE) text model: linear-attention layers between full-attention ones."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3NextConfig, Qwen3NextForCausalLM
+
+    shape = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+                 linear_num_key_heads=2, linear_num_value_heads=4,
+                 layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])  # fmt: skip
+    torch.manual_seed(0)
+    if kind == "qwen3_5":
+        return Qwen3_5ForCausalLM(Qwen3_5TextConfig(**shape)).double().train()
+    config = Qwen3NextConfig(**shape, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                             shared_expert_intermediate_size=32)  # fmt: skip
+    return Qwen3NextForCausalLM(config).train()  # grouped experts run in float32 only
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_next"])
+def test_hybrid_models_replay_the_recurrent_state_exactly(kind):
+    model = hybrid_model(kind)
+    # 70 > the delta rule's 64-token chunks: the prompt state carries across a chunk boundary.
+    batch = text_batch([70, 45], [(0, 9), (1, 4), (0, 1), (1, 9), (0, 6)], vocab=300, width=9, seed=6)
+    assert_exact(compare(model, batch, GRPOLoss(beta=0.04), grpo_terms(model, batch, seed=7), branch_batch=2))
+
+
+def test_a_linear_attention_layer_that_restarts_from_zero_is_refused(monkeypatch):
+    """What older transformers did on a multi-token chunk (initial_state dropped): detected, never trained on."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    original = modeling_qwen3_5.torch_chunk_gated_delta_rule
+    monkeypatch.setattr(
+        modeling_qwen3_5,
+        "torch_chunk_gated_delta_rule",
+        lambda *args, initial_state=None, **kwargs: original(*args, initial_state=None, **kwargs),
+    )
+    model = hybrid_model("qwen3_5")
+    with pytest.raises(ReplayUnsupportedError, match="does not continue a multi-token chunk"):
+        check_replay_exact(model)
+    batch = text_batch([30], [(0, 4), (0, 4)], vocab=300, width=4, seed=8)
+    with pytest.raises(ReplayUnsupportedError):
+        replay_backward(model, batch, lambda rows, lp, ent: lp.sum())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_sliding_window_caches_are_refused():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=16,
+                         max_window_layers=0)  # fmt: skip
+    with pytest.raises(ReplayUnsupportedError, match="DynamicSlidingWindowLayer"):
+        check_replay_exact(Qwen2ForCausalLM(config))
+
+
+# -- the TRL trainer ---------------------------------------------------------------------------------------
+
+
+def colour_reward(completions, **kwargs) -> list[float]:
+    return [float(len(str(c)) % 3) for c in completions]
+
+
+def trainer(model_dir: Path, tmp_path: Path, *, lora: bool = False, **overrides):
+    import datasets
+    from peft import LoraConfig
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl import GRPOConfig
+
+    import judge.hf_compat  # noqa: F401
+    from training.replay_trainer import ReplayGRPOTrainer
+
+    processor = AutoProcessor.from_pretrained(model_dir)
+    processor.tokenizer.padding_side = "left"
+    images = [Image.new("RGB", (56 + 28 * i, 56), (200, 40 * i, 0)) for i in range(3)]
+    prompts = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Colour?" + " Sure?" * i}]}]
+               for i in range(3)]  # fmt: skip
+    data = datasets.Dataset.from_dict({"prompt": prompts, "images": [[im] for im in images]})
+    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=9,
+                   num_generations=3, max_completion_length=8, max_steps=1, disable_tqdm=True, logging_steps=1,
+                   beta=0.04, num_iterations=2, temperature=0.9, seed=0)  # fmt: skip
+    options.update(overrides)
+    peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]) if lora else None
+    torch.manual_seed(0)
+    return ReplayGRPOTrainer(
+        model=AutoModelForImageTextToText.from_pretrained(model_dir),
+        args=GRPOConfig(**options),
+        reward_funcs=[colour_reward],
+        train_dataset=data,
+        processing_class=processor,
+        peft_config=peft_config,
+    )
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_trainer_gradient_and_metrics_equal_trl_compute_loss(lora, tiny_vlm_dir, tmp_path):
+    from trl import GRPOTrainer
+
+    tr = trainer(tiny_vlm_dir, tmp_path, lora=lora, gradient_checkpointing=True)
+    model = tr.model
+    if lora:
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # make the adapters matter, so the reference (adapters off) differs
+                nn.init.normal_(p, std=0.05)
+    model.train()
+    inputs = tr._prepare_inputs(next(iter(tr.get_train_dataloader())))  # generation, rewards, old + ref log-probs
+    assert {"old_per_token_logps", "ref_per_token_logps", "pixel_values"} <= set(inputs)
+    # The replayed no-grad log-probs TRL stored agree with its plain path.
+    seq = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    kwargs = {k: inputs[k] for k in ("pixel_values", "image_grid_thw", "num_images", "mm_token_type_ids")}
+    with torch.no_grad():
+        plain, plain_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+            tr, model, seq, mask, seq.size(1) - inputs["prompt_ids"].size(1), compute_entropy=True, **kwargs
+        )
+        replayed, entropy, _ = tr._get_per_token_logps_and_entropies(
+            model, seq, mask, seq.size(1) - inputs["prompt_ids"].size(1), compute_entropy=True, **kwargs
+        )
+    assert torch.allclose(plain, replayed, atol=1e-5) and torch.allclose(plain_entropy, entropy, atol=1e-5)
+    assert torch.allclose(plain, inputs["old_per_token_logps"], atol=1e-5)
+    if lora:
+        assert (inputs["ref_per_token_logps"] - inputs["old_per_token_logps"]).abs().max() > 1e-3
+
+    g = torch.Generator().manual_seed(1)  # off-policy and uneven, so clipping, KL and padding all act
+    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.3 * torch.randn(plain.shape, generator=g)
+    inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=g)
+    for i, n in enumerate([8, 3, 5, 1, 8, 2, 0, 6, 7]):
+        inputs["completion_mask"][i, n:] = 0
+    tr.current_gradient_accumulation_steps = 2
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def grads() -> torch.Tensor:
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double() for p in params])
+        model.zero_grad(set_to_none=True)
+        return flat
+
+    for loss_type in ("dapo", "grpo", "dr_grpo"):
+        tr.loss_type = tr.args.loss_type = loss_type
+        tr.replay_loss = tr._replay_loss_spec()
+        tr._metrics["train"].clear()
+        expected = GRPOTrainer._compute_loss(tr, model, inputs)
+        expected.backward()
+        g_plain = grads()
+        trl_metrics = {k: v[0] for k, v in tr._metrics["train"].items()}
+        tr._metrics["train"].clear()
+        loss = tr.replay_step(model, inputs)
+        g_replay = grads()
+        cos = float(nn.functional.cosine_similarity(g_plain, g_replay, dim=0))
+        rel = float((g_replay - g_plain).norm() / g_plain.norm())
+        assert cos >= COS_MIN and rel <= REL_MAX and abs(float(loss - expected)) <= 1e-6, (loss_type, cos, rel)
+        ours = {k: v[0] for k, v in tr._metrics["train"].items()}
+        assert ours.pop("replay/groups") == 3.0 and ours.pop("replay/plain_rows") == 0.0
+        assert ours.keys() == trl_metrics.keys() and all(
+            ours[k] == pytest.approx(trl_metrics[k], abs=1e-6) for k in ours
+        )
+
+
+def test_trainer_refuses_what_replay_cannot_reproduce(tiny_vlm_dir, tmp_path):
+    with pytest.raises(ReplayUnsupportedError) as info:
+        trainer(tiny_vlm_dir, tmp_path, loss_type="vespo", top_entropy_quantile=0.5, entropy_coef=0.01)
+    message = str(info.value)
+    assert "loss_type='vespo'" in message and "top_entropy_quantile" in message and "entropy bonus" in message
+    assert "replay_shared_prompt=false" in message
+
+
+def test_replay_branch_batch_must_be_positive():
+    from training.common import load_config
+    from training.policy import JudgePolicyGRPOConfig
+
+    with pytest.raises(ValueError, match="replay_branch_batch must be >= 1, got 0"):
+        load_config(JudgePolicyGRPOConfig, None, ["model_name_or_path=m", "train_file=t", "output_dir=o",
+                                                   "use_cpu=true", "bf16=false", "judge_model=j",
+                                                   "replay_shared_prompt=true", "replay_branch_batch=0"])  # fmt: skip
+
+
+def test_two_policy_steps_with_replay_from_the_cli(tiny_vlm_dir, tmp_path, capsys):
+    from scripts.cli import main
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(4):
+        image = tmp_path / f"img{i}.png"
+        Image.new("RGB", (56, 56), (rng.randrange(256), rng.randrange(256), 0)).save(image)
+        rows.append(
+            {"prompt": "What colour is the picture?" + " Answer briefly." * i, "image": image.name, "answer": "red"}
+        )
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "policy"
+    args = ["train", "policy", f"model_name_or_path={tiny_vlm_dir}", f"judge_model={tiny_vlm_dir}",
+            "judge_max_new_tokens=4", "judge_orders=1", f"train_file={prompts}", f"output_dir={out}", "max_steps=2",
+            "per_device_train_batch_size=8", "num_generations=4", "max_completion_length=6",
+            "logging_steps=1", "learning_rate=0.001", "use_cpu=true", "bf16=false", "use_vllm=false",
+            "report_to=none", "disable_tqdm=true", "seed=0", "replay_shared_prompt=true",
+            "replay_branch_batch=2", "save_steps=2", "torch_empty_cache_steps=1"]  # fmt: skip
+    assert main(args) == 0
+    assert "trained 2 steps" in capsys.readouterr().out
+    config = (out / "mrjudge_config.yaml").read_text()
+    assert "replay_shared_prompt: true" in config and "replay_branch_batch: 2" in config
+    logs = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    # Each step replayed the 2 prompts of its micro-batch (4 completions each); nothing fell back.
+    assert [row["replay/groups"] for row in logs if "replay/groups" in row] == [2.0, 2.0]
+    assert all(row["replay/plain_rows"] == 0.0 for row in logs if "replay/plain_rows" in row)
+
+
+DDP_SCRIPT = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+torch.set_num_threads(1)
+import datasets
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig
+from training.replay_trainer import ReplayGRPOTrainer
+
+path, out = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(path)
+tokenizer.padding_side = "left"
+data = datasets.Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count to {i}, one by one."}] for i in range(8)]})
+config = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
+                    num_generations=4, max_completion_length=8, max_steps=2, gradient_accumulation_steps=2,
+                    disable_tqdm=True, save_strategy="no", learning_rate=1e-3, seed=0)
+trainer = ReplayGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), args=config,
+                            reward_funcs=[lambda completions, **kw: [len(c[0]["content"]) % 5 / 4 for c in completions]],
+                            train_dataset=data, processing_class=tokenizer)
+world = dist.get_world_size()
+average, checks = trainer._average_gradients_across_processes, []
+
+def flat():
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+                      for p in trainer.model.parameters() if p.requires_grad])
+
+def audited():
+    before, sync = flat().clone(), trainer.accelerator.sync_gradients
+    average()
+    if sync:
+        gathered = [torch.zeros_like(before) for _ in range(world)]
+        dist.all_gather(gathered, before)
+        checks.append({"to_mean": float((flat() - sum(gathered) / world).abs().max()),
+                       "ranks_differed": float((gathered[0] - gathered[1]).abs().max())})
+
+trainer._average_gradients_across_processes = audited
+trainer.train()
+params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+gathered = [torch.zeros_like(params) for _ in range(world)]
+dist.all_gather(gathered, params)
+if dist.get_rank() == 0:
+    print(json.dumps({"kind": str(trainer.accelerator.distributed_type), "checks": checks,
+                      "param_spread": float((gathered[0] - gathered[1]).abs().max())}), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path):
+    """Replay's backward passes bypass DDP's hooks; the trainer averages at each accumulation boundary instead."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script), str(tiny_lm_dir),
+               str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    assert report["kind"] == "DistributedType.MULTI_CPU" and len(report["checks"]) == 2  # 2 steps × 1 sync each
+    assert all(c["to_mean"] <= 1e-7 and c["ranks_differed"] > 1e-3 for c in report["checks"]), report
+    assert report["param_spread"] == 0.0, "both processes took the same optimizer step"
