@@ -368,3 +368,26 @@ def test_backoff_doubles_with_jitter_and_honours_retry_after():
         assert 0.5 * 2**attempt <= reward._backoff(attempt) <= 1.5 * 2**attempt
     assert reward._backoff(0, retry_after=7.0) == 7.0  # the server knows best how long its queue needs
     assert reward._backoff(10) == 30.0 and reward._backoff(0, retry_after=600) == 30.0  # capped
+
+
+def test_against_the_real_reward_server_with_a_key(monkeypatch):
+    """The same rewards through `mrjudge serve`'s app as in process, sync and async, key from the environment."""
+    from judge.server import ServerConfig, create_app
+
+    image = Image.new("RGB", (30, 20), "green")
+    prompts = ["Q", "Q", "Q", "R"]
+    completions = ["score=2", "score=8", "score=5", "score=1"]
+    kwargs = {"image": [image] * 4, "answer": ["score=4"] * 4}
+    local = JudgeRewardFunction(judge=_rule_judge(), mode="pairwise", reference_column="answer")(
+        prompts, completions, **kwargs
+    )
+    assert local == [0.0, 1.0, 1.0, 0.0]
+    with serve(create_app(_rule_judge(), ServerConfig(api_key="s3cret"))) as url:
+        keyless = _http(url, mode="pairwise", reference_column="answer", max_retries=0)
+        assert keyless(prompts, completions, **kwargs) == [None] * 4  # 401 is not retried: no reward
+        monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", "s3cret")
+        remote = _http(url, mode="pairwise", reference_column="answer")
+        assert remote(prompts, completions, **kwargs) == local
+        async_remote = AsyncJudgeRewardFunction(url, mode="pairwise", reference_column="answer", backoff_s=0.01)
+        assert asyncio.run(async_remote(prompts, completions, **kwargs)) == local
+        remote.close()
