@@ -32,7 +32,7 @@ from judge.parser import extract_reasoning, parse_choice
 from judge.prompt import PromptConfig, build_messages
 from judge.types import MCItem, Verdict
 
-__all__ = ["Judge", "JudgeConfig", "display_orders", "item_rng"]
+__all__ = ["Judge", "JudgeConfig", "candidate_scores", "display_orders", "item_rng"]
 
 
 @dataclass
@@ -110,6 +110,22 @@ def display_orders(k: int, n_orders: int, *, rng: random.Random, permutation: st
     return orders
 
 
+def candidate_scores(verdict: Verdict, k: int) -> list[float]:
+    """Each of `k` candidates' probability of being best: option-letter probabilities where the engine gave
+    log-probs, else the share of parsed votes, else uniform.
+
+    >>> candidate_scores(Verdict(1, 0, None, False, [0, 0, 1, None], "", []), 2)
+    [0.6666666666666666, 0.3333333333333333]
+    """
+    if verdict.probs is not None:
+        return list(verdict.probs)
+    parsed = [v for v in verdict.votes if v is not None]
+    if not parsed:
+        return [1.0 / k] * k
+    counts = Counter(parsed)
+    return [counts.get(c, 0) / len(parsed) for c in range(k)]
+
+
 def _softmax(logprobs: Sequence[float]) -> list[float]:
     top = max(logprobs)
     weights = [math.exp(x - top) if math.isfinite(x) else 0.0 for x in logprobs]
@@ -155,7 +171,7 @@ class Judge:
         From option-letter probabilities where the engine gives log-probs; otherwise the share of parsed
         votes each candidate received (uniform when no call parsed).
         """
-        return [self._scores(item, verdict) for item, verdict in zip(items, self.select(items))]
+        return [candidate_scores(verdict, len(item.candidates)) for item, verdict in zip(items, self.select(items))]
 
     def rank(self, items: Sequence[MCItem]) -> list[list[int]]:
         """A full order of each item's candidates, best first, by repeated selection.
@@ -180,7 +196,7 @@ class Judge:
             ]
             for i, sub, verdict in zip(active, sub_items, self.select(sub_items)):
                 if verdict.choice is None:
-                    scores = self._scores(sub, verdict)
+                    scores = candidate_scores(verdict, len(sub.candidates))
                     order = sorted(range(len(remaining[i])), key=lambda c: -scores[c])
                     ranking[i].extend(remaining[i][c] for c in order)
                     remaining[i] = []
@@ -270,13 +286,3 @@ class Judge:
             top = max(probs[c] for c in tied)
             tied = [c for c in tied if probs[c] == top]
         return tied[0] if len(tied) == 1 else item_rng(self.config.seed, item.id, "tie").choice(tied)
-
-    def _scores(self, item: MCItem, verdict: Verdict) -> list[float]:
-        k = len(item.candidates)
-        if verdict.probs is not None:
-            return list(verdict.probs)
-        parsed = [v for v in verdict.votes if v is not None]
-        if not parsed:
-            return [1.0 / k] * k
-        counts = Counter(parsed)
-        return [counts.get(c, 0) / len(parsed) for c in range(k)]

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from judge.judging import Judge, item_rng
+from judge.judging import Judge, candidate_scores, item_rng
 from judge.types import DataError, MCItem, Verdict
 
 __all__ = ["MODES", "RewardRequest", "RewardResult", "compute_rewards"]
@@ -79,18 +78,6 @@ class RewardResult:
     rewards: list[float]
     verdicts: list[Verdict]
     timing: dict[str, float] = field(default_factory=dict)
-
-
-def _share(item: MCItem, verdict: Verdict) -> list[float]:
-    """Each candidate's probability of being best: option probabilities, else vote shares, else uniform."""
-    k = len(item.candidates)
-    if verdict.probs is not None:
-        return list(verdict.probs)
-    parsed = [v for v in verdict.votes if v is not None]
-    if not parsed:
-        return [1.0 / k] * k
-    counts = Counter(parsed)
-    return [counts.get(c, 0) / len(parsed) for c in range(k)]
 
 
 def _pair(request: RewardRequest, tag: str, first: str, second: str) -> MCItem:
@@ -148,9 +135,9 @@ def compute_rewards(judge: Judge, requests: Sequence[RewardRequest], *, max_opti
         cursor += len(plan)
         g = len(request.responses)
         if request.mode == "listwise":
-            rewards = _share(plan[0], got[0])
+            rewards = candidate_scores(got[0], len(plan[0].candidates))
         elif request.mode == "pairwise":
-            rewards = [_share(item, v)[0] for item, v in zip(plan, got)]
+            rewards = [candidate_scores(v, 2)[0] for v in got]
         elif request.tournament == "round_robin":
             wins = [0.0] * g
             for item, v in zip(plan, got):
