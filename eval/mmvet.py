@@ -60,7 +60,7 @@ from eval.common import (
 )
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.jsonl import InputError, ResumableJsonlWriter
+from judge.jsonl import InputError, ResumableJsonlWriter, read_complete_rows
 from judge.judging import Judge
 from judge.prompt import MAX_CANDIDATES
 from judge.types import DataError, MCItem, Verdict
@@ -456,18 +456,11 @@ def _grade_key(question_id: str, index: int, text: str) -> str:
 
 
 def _read_rows(*paths: Path) -> dict[str, dict[str, Any]]:
-    """Rows of JSONL files by id, dropping torn or unparsable lines (a crash mid-write)."""
+    """Rows of JSONL files by id (the first wins), dropping torn or unparsable lines (a crash mid-write)."""
     rows: dict[str, dict[str, Any]] = {}
     for path in paths:
-        if not path.exists():
-            continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and "id" in row:
-                rows.setdefault(row["id"], row)
+        for row in read_complete_rows(path):
+            rows.setdefault(row["id"], row)
     return rows
 
 

@@ -32,7 +32,7 @@ from eval.pairwise import PairItem, group_accuracies, resolve_image_paths
 from eval.pairwise_run import PairwiseBenchmark
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.jsonl import InputError, read_records
+from judge.jsonl import InputError, parse_records, read_records
 from judge.judging import item_rng
 from judge.types import DataError
 
@@ -134,14 +134,7 @@ def load_multimodal_rewardbench(
             raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
         if not isinstance(rows, list):
             raise InputError(f"{path}: expected a JSON list of items (all_data.json), got {type(rows).__name__}")
-        items, errors = [], []
-        for index, row in enumerate(rows):
-            try:
-                items.append(_item_from_row(row, f"{path} item {index}"))
-            except DataError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise InputError(f"{len(errors)} problem(s) in {path}:\n" + "\n".join(errors[:20]))
+        items = parse_records(((f"item {i}", row) for i, row in enumerate(rows)), _item_from_row, path)
     items = items[:limit] if limit is not None else items
     resolve_image_paths(items, path, image_folder)
     return items

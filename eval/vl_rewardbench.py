@@ -37,7 +37,7 @@ from eval.pairwise import PairItem, group_accuracies, resolve_image_paths
 from eval.pairwise_run import PairwiseBenchmark
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.jsonl import InputError, read_records
+from judge.jsonl import InputError, parse_records, read_records
 from judge.judging import item_rng
 from judge.types import DataError
 
@@ -188,14 +188,7 @@ def load_vl_rewardbench(data: str | Path, *, limit: int | None = None, split: st
         resolve_image_paths(items, path)
     else:
         rows = _dataset_rows(str(data), split)
-        items, errors = [], []
-        for index, row in enumerate(rows):
-            try:
-                items.append(_item_from_row(row, f"{data} row {index}"))
-            except DataError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise InputError(f"{len(errors)} problem(s) in {data}:\n" + "\n".join(errors[:20]))
+        items = parse_records(((f"row {i}", row) for i, row in enumerate(rows)), _item_from_row, data)
     return items[:limit] if limit is not None else items
 
 

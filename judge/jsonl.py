@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 
 from judge.types import DataError
 
-__all__ = ["InputError", "ResumableJsonlWriter", "read_jsonl", "read_records", "write_jsonl_atomic"]
+__all__ = [
+    "InputError",
+    "ResumableJsonlWriter",
+    "parse_records",
+    "read_complete_rows",
+    "read_jsonl",
+    "read_records",
+    "write_jsonl_atomic",
+]
 
 T = TypeVar("T")
 
@@ -44,11 +52,19 @@ def read_records(path: str | Path, parse: Callable[..., T], *, max_errors: int =
     Ids must be unique. All problems (up to `max_errors`) are reported together, each as
     `FILE line N: field 'x': problem — fix`, so a user fixes a file in one pass.
     """
+    return parse_records(((f"line {n}", row) for n, row in read_jsonl(path)), parse, path, max_errors=max_errors)
+
+
+def parse_records(
+    rows: Iterable[tuple[str, Any]], parse: Callable[..., T], source: str | Path, *, max_errors: int = 20
+) -> list[T]:
+    """`read_records` for rows already in memory (a JSON list, a Parquet file): `(label, row)` pairs,
+    the label saying where the row is (`"row 3"`), parsed with `parse(row, where="SOURCE label")`."""
     records: list[T] = []
     errors: list[str] = []
-    seen: dict[Any, int] = {}
-    for number, row in read_jsonl(path):
-        where = f"{path} line {number}"
+    seen: dict[Any, str] = {}
+    for label, row in rows:
+        where = f"{source} {label}"
         try:
             record = parse(row, where=where)
         except DataError as exc:
@@ -57,16 +73,16 @@ def read_records(path: str | Path, parse: Callable[..., T], *, max_errors: int =
             record_id = getattr(record, "id", None)
             if record_id in seen:
                 errors.append(
-                    f"{where}: field 'id': duplicate id {record_id!r} (first on line {seen[record_id]}) — give each record a unique id"
+                    f"{where}: field 'id': duplicate id {record_id!r} (first on {seen[record_id]}) — give each record a unique id"
                 )
             else:
-                seen[record_id] = number
+                seen[record_id] = label
                 records.append(record)
         if len(errors) >= max_errors:
             errors.append(f"... stopped after {max_errors} errors")
             break
     if errors:
-        raise InputError(f"{len(errors)} problem(s) in {path}:\n" + "\n".join(errors))
+        raise InputError(f"{len(errors)} problem(s) in {source}:\n" + "\n".join(errors))
     return records
 
 
@@ -87,7 +103,7 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[Any]) -> None:
         raise
 
 
-def _complete_rows(path: Path) -> list[dict[str, Any]]:
+def read_complete_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSONL file, dropping a torn last line (a crash mid-write) and anything unparsable."""
     rows = []
     if path.exists():
@@ -113,7 +129,7 @@ class ResumableJsonlWriter:
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        previous = _complete_rows(self.path) + _complete_rows(self.partial)
+        previous = read_complete_rows(self.path) + read_complete_rows(self.partial)
         self._rows: dict[Any, dict[str, Any]] = {}
         for row in previous:
             self._rows.setdefault(row["id"], row)
