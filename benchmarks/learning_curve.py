@@ -215,6 +215,8 @@ def main() -> None:
         save_strategy="no",
         seed=args.seed,
         dataloader_num_workers=0,
+        # TRL switches checkpointing on by default; on a model this small it only buys recompute time.
+        gradient_checkpointing=False,
     )
     sft = JudgeSFTConfig(
         model_name_or_path=str(base),

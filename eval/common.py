@@ -10,15 +10,12 @@ A run directory looks the same for every benchmark:
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from judge.jsonl import InputError, ResumableJsonlWriter, read_jsonl
+from judge.jsonl import InputError, ResumableJsonlWriter, read_jsonl, write_json_atomic, write_text_atomic
 from judge.judging import item_rng
 
 __all__ = [
@@ -32,24 +29,6 @@ __all__ = [
     "write_json_atomic",
     "write_text_atomic",
 ]
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write `text` through a temporary file and a rename, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: str | Path, value: Any) -> None:
-    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def read_predictions(path: str | Path) -> list[dict[str, Any]]:

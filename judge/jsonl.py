@@ -24,7 +24,9 @@ __all__ = [
     "read_complete_rows",
     "read_jsonl",
     "read_records",
+    "write_json_atomic",
     "write_jsonl_atomic",
+    "write_text_atomic",
 ]
 
 T = TypeVar("T")
@@ -101,6 +103,26 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` through a temporary file, an fsync and a rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, value: Any) -> None:
+    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def read_complete_rows(path: Path) -> list[dict[str, Any]]:

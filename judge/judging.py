@@ -140,12 +140,25 @@ class Judge:
         backend: the inference engine.
         config: de-biasing, voting, decoding and prompt settings.
         image_root: folder that relative image paths in items are resolved against.
+        adapter: a LoRA adapter loaded in the backend to judge with (None: the bare base model).
     """
 
-    def __init__(self, backend: Backend, config: JudgeConfig | None = None, *, image_root: str | Path | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        config: JudgeConfig | None = None,
+        *,
+        image_root: str | Path | None = None,
+        adapter: str | None = None,
+    ):
         self.backend = backend
         self.config = config or JudgeConfig()
         self.image_root = image_root
+        self.adapter = adapter
+
+    def with_adapter(self, adapter: str | None) -> Judge:
+        """The same judge answering through `adapter` (shares the backend, so no weights are copied)."""
+        return Judge(self.backend, self.config, image_root=self.image_root, adapter=adapter)
 
     # -- public API -------------------------------------------------------------------------------------
 
@@ -219,7 +232,7 @@ class Judge:
         for order in orders:
             shown = [item.candidates[i] for i in order]
             messages = build_messages(item.question, shown, n_images=len(images), config=self.config.prompt)
-            request = ChatRequest(messages=messages, images=images, n_options=len(shown))
+            request = ChatRequest(messages=messages, images=images, n_options=len(shown), adapter=self.adapter)
             requests.extend(request for _ in range(self.config.samples))
         return requests
 

@@ -15,6 +15,8 @@ The same seed gives byte-identical weights and tokenizer files. Sizes:
 - `tiny`  (~1.6 MB of weights): hidden 64, 2 layers, vision depth 2 — for plumbing tests.
 - `small` (~6.3 MB): hidden 128, 4 layers, vision hidden 128 — sized to learn simple visual questions on a CPU in
   minutes (the training issues use it).
+- `medium` (~14 MB): the `small` vision tower under a 256-wide, 8-head text side — more room for the copy and
+  compare steps of a judge's reasoning.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class TinySize:
 TINY_SIZES: dict[str, TinySize] = {
     "tiny": TinySize(64, 2, 4, 2, 128, 64, 2, 4, 2048, (2, 3, 3)),
     "small": TinySize(128, 4, 4, 2, 256, 128, 2, 4, 2048, (4, 6, 6)),
+    "medium": TinySize(256, 4, 8, 4, 512, 128, 2, 4, 2048, (4, 6, 6)),
 }
 
 # Image sizes the tiny processor keeps (pixels): an 84x84 picture becomes 9 image tokens, and nothing
@@ -226,7 +229,7 @@ def build_tiny_model(
         out: folder to write; created if missing, files in it are overwritten.
         kind: "vlm" for a Qwen2.5-VL judge (image + text), "lm" for a text-only Qwen2 causal LM.
         seed: seeds the tokenizer corpus and the weights; the same seed writes the same bytes.
-        size: a key of `TINY_SIZES` ("tiny" or "small").
+        size: a key of `TINY_SIZES` ("tiny", "small" or "medium").
 
     Returns:
         The folder, ready for `from_pretrained`.

@@ -4,6 +4,7 @@ mrjudge demo                       # the main job on the embedded default (no do
 mrjudge tiny-model --out runs/tiny-judge
 mrjudge judge --model runs/tiny-judge --input items.jsonl --output verdicts.jsonl
 mrjudge eval vl-rewardbench --model runs/tiny-judge --data test.parquet --out runs/vlrb
+mrjudge adapters --store runs/adapters list
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scripts import demo, eval_cmd, judge_cmd, serve_cmd, synth_cmd, tiny_model_cmd, train_cmd
+from scripts import adapters_cmd, demo, eval_cmd, judge_cmd, serve_cmd, synth_cmd, tiny_model_cmd, train_cmd
 
-SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, tiny_model_cmd, serve_cmd)
+SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, tiny_model_cmd, serve_cmd, adapters_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

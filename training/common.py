@@ -48,6 +48,16 @@ class JudgeModelArguments:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         metadata={"help": "Language-model module names that get adapters (the vision tower never does)."},
     )
+    # Adapter store (LoRA runs): every save becomes a revision servers can load (`mrjudge adapters`)
+    adapter_store: str | None = field(
+        default=None, metadata={"help": "Adapter store folder to export each saved LoRA adapter to (needs use_lora)."}
+    )
+    adapter_policy: str | None = field(
+        default=None, metadata={"help": "Policy name the exported revisions go under (default: output_dir's name)."}
+    )
+    adapter_parent: str | None = field(
+        default=None, metadata={"help": "Revision this run continues (policy@rev), recorded as the first parent."}
+    )
     # Data
     train_file: str | None = field(
         default=None, metadata={"help": "Training data from `mrjudge synth` (sft/train.jsonl or rl/train.jsonl)."}
@@ -146,6 +156,14 @@ def run_recipe(build: Any, config: Any, callbacks: list[Any] | None = None) -> A
     from it (see `prepare_model`), and optimizer, scheduler, RNG and step count from the trainer's restore.
     """
     checkpoint = latest_checkpoint(config.output_dir) if config.resume else None
+    callbacks = list(callbacks or [])
+    if config.adapter_store:
+        if not config.use_lora:
+            raise ValueError("adapter_store exports LoRA adapters: set use_lora=true, or drop adapter_store")
+        from training.adapter_export import AdapterExportCallback
+
+        policy = config.adapter_policy or Path(config.output_dir).name
+        callbacks.append(AdapterExportCallback(config.adapter_store, policy, parent=config.adapter_parent))
     trainer = build(config, callbacks=callbacks, checkpoint=checkpoint)
     save_resolved_config(config, config.output_dir)
     result = trainer.train(resume_from_checkpoint=checkpoint)

@@ -100,6 +100,15 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
     judge_backoff_s: float = field(default=1.0, metadata={"help": "First back-off; doubles per retry, with jitter."})
     judge_max_concurrency: int = field(default=16, metadata={"help": "Reward requests in flight per process."})
 
+    # Generation server hand-off
+    adapter_handoff: bool = field(
+        default=False,
+        metadata={
+            "help": "With use_lora and vllm_mode=server: hand vLLM only the adapter each step (a store revision "
+            "loaded by name) instead of merged full weights; needs adapter_store readable by the server."
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if (self.judge_server_url is None) == (self.judge_model is None):
@@ -120,6 +129,13 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
                 f"({self.num_generations}), or a prompt's completions are split across processes and judged in "
                 f"parts; change the batch, or use judge_mode=pairwise"
             )
+        if self.adapter_handoff and not (self.use_lora and self.use_vllm and self.vllm_mode == "server"):
+            raise ValueError(
+                "adapter_handoff hands a LoRA adapter to a vLLM server: set use_lora=true, use_vllm=true and "
+                "vllm_mode=server, or drop adapter_handoff"
+            )
+        if self.adapter_handoff and not self.adapter_store:
+            raise ValueError("adapter_handoff writes revisions the server loads: set adapter_store=DIR (shared)")
 
     def judge_config(self) -> Any:
         """The in-process judge's `JudgeConfig`: the YAML file's fields, then the `judge_*` fields set here."""
@@ -233,7 +249,7 @@ def build_policy_trainer(
     evaluation = load_prompt_dataset(config.eval_file, policy_sees_images=is_vlm) if config.eval_file else None
     image_columns = ("images", "image") if is_vlm else (TEXT_POLICY_IMAGE_COLUMN,)
     trainer_class = ReplayGRPOTrainer if config.replay_shared_prompt else GRPOTrainer  # same loss, less memory
-    return trainer_class(
+    trainer = trainer_class(
         model=model,
         args=config,
         reward_funcs=[config.reward_function(image_columns)],
@@ -243,6 +259,13 @@ def build_policy_trainer(
         peft_config=peft_config,
         callbacks=callbacks,
     )
+    if config.adapter_handoff:
+        from training.handoff import AdapterHandoff, install_adapter_handoff
+
+        url = config.vllm_server_base_url or f"http://{config.vllm_server_host}:{config.vllm_server_port}"
+        policy = config.adapter_policy or Path(config.output_dir).name
+        install_adapter_handoff(trainer, AdapterHandoff(url, config.adapter_store, f"{policy}-rollout"))
+    return trainer
 
 
 def run_policy(config: JudgePolicyGRPOConfig, *, callbacks: list[Any] | None = None) -> Any:

@@ -58,6 +58,8 @@ class ChatRequest:
     """Decoded `PIL.Image`s, one per image placeholder in `messages`."""
     n_options: int | None = None
     """When set, the backend returns the log-prob of each of the `n_options` labels at the answer."""
+    adapter: str | None = None
+    """A LoRA adapter the backend has loaded (`load_adapter`) to answer with; None means the bare base."""
 
     @classmethod
     def user(cls, text: str, images: Sequence[Any] = ()) -> ChatRequest:

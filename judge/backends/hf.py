@@ -9,7 +9,8 @@ gigabytes for a 150k-token vocabulary — while these rows are a few hundred flo
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs
@@ -89,10 +90,62 @@ class TransformersBackend:
         return self._label_ids, self._label_pieces
 
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
-        out: list[Generation] = []
-        for start in range(0, len(requests), self.max_batch_size):
-            out.extend(self._generate_batch(requests[start : start + self.max_batch_size], params))
-        return out
+        out: list[Generation | None] = [None] * len(requests)
+        by_adapter: dict[str | None, list[int]] = {}
+        for index, request in enumerate(requests):
+            by_adapter.setdefault(request.adapter, []).append(index)
+        for adapter, indices in by_adapter.items():
+            with self.using_adapter(adapter):
+                for start in range(0, len(indices), self.max_batch_size):
+                    chunk = indices[start : start + self.max_batch_size]
+                    for index, generation in zip(chunk, self._generate_batch([requests[i] for i in chunk], params)):
+                        out[index] = generation
+        return [g for g in out if g is not None]
+
+    # -- LoRA adapters over the resident base (PEFT) ----------------------------------------------------------
+
+    @property
+    def adapters(self) -> list[str]:
+        """Names of the loaded adapters."""
+        return list(getattr(self.loaded.model, "peft_config", {}) or {})
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load the PEFT adapter folder `path` under `name`; the base weights stay where they are."""
+        from peft import PeftModel
+
+        model = self.loaded.model
+        if name in self.adapters:
+            raise ValueError(f"an adapter named {name!r} is already loaded; load a new revision under a new name")
+        if isinstance(model, PeftModel):
+            model.load_adapter(path, adapter_name=name)
+        else:
+            self.loaded.model = PeftModel.from_pretrained(model, path, adapter_name=name)
+        self.loaded.model.eval()
+
+    def unload_adapter(self, name: str) -> None:
+        """Drop adapter `name`; dropping the last one gives back the bare base model."""
+        model = self.loaded.model
+        if name not in self.adapters:
+            raise ValueError(f"no adapter named {name!r} is loaded (loaded: {self.adapters})")
+        if self.adapters == [name]:
+            self.loaded.model = model.unload()  # removes the LoRA layers, returns the base model object
+            return
+        if model.active_adapter == name:
+            model.set_adapter(next(a for a in self.adapters if a != name))
+        model.delete_adapter(name)
+
+    @contextmanager
+    def using_adapter(self, name: str | None) -> Iterator[None]:
+        """Run the block with adapter `name` active (None: the bare base, adapters switched off)."""
+        model = self.loaded.model
+        if name is None:
+            with model.disable_adapter() if self.adapters else nullcontext():
+                yield
+            return
+        if name not in self.adapters:
+            raise ValueError(f"adapter {name!r} is not loaded (loaded: {self.adapters}); call load_adapter first")
+        model.set_adapter(name)
+        yield
 
     def _encode(self, requests: Sequence[ChatRequest]) -> Any:
         processor = self.loaded.processor

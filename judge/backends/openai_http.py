@@ -90,6 +90,35 @@ class OpenAIBackend:
             return asyncio.run(self.agenerate(requests, params))
         raise RuntimeError("OpenAIBackend.generate was called inside an event loop; use `await backend.agenerate(...)`")
 
+    # -- LoRA adapters: vLLM's runtime endpoints (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve --enable-lora`)
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """`POST /v1/load_lora_adapter`; requests then name the adapter as their `model`.
+
+        Each revision gets a new name: vLLM keys its prefix cache by adapter, so a new name can never hit
+        blocks computed with an older revision's weights (reloading under a reused name can).
+        """
+        self._admin("load_lora_adapter", {"lora_name": name, "lora_path": path})
+
+    def unload_adapter(self, name: str) -> None:
+        """`POST /v1/unload_lora_adapter`."""
+        self._admin("unload_lora_adapter", {"lora_name": name})
+
+    def _admin(self, endpoint: str, body: dict[str, Any]) -> None:
+        import httpx
+
+        response = httpx.post(
+            f"{self.base_url}/{endpoint}",
+            json=body,
+            headers={"Authorization": f"Bearer {self.api_key}"},
+            timeout=self.timeout,
+        )
+        if response.status_code != 200:
+            raise RuntimeError(
+                f"{self.base_url}/{endpoint} answered {response.status_code}: {response.text[:300]} (start vLLM "
+                "with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True for runtime adapters)"
+            )
+
     async def agenerate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
         async with self._client() as client:
             if self.model_name is None:
@@ -112,7 +141,7 @@ class OpenAIBackend:
         from openai import BadRequestError
 
         body: dict[str, Any] = dict(
-            model=self.model_name,
+            model=request.adapter or self.model_name,
             messages=_with_image_urls(request.messages, request.images),
             max_tokens=params.max_new_tokens,
             temperature=params.temperature,

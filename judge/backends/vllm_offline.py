@@ -46,6 +46,24 @@ class VLLMBackend:
         self.llm = LLM(model=model, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.logprobs = logprobs
+        self._loras: dict[str, Any] = {}
+        self._next_lora_id = 1
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Register a LoRA revision (vLLM loads it on first use; the engine needs `enable_lora=True`).
+
+        Every revision gets a fresh integer id and name, so no cache keyed by adapter can serve old state.
+        """
+        from vllm.lora.request import LoRARequest
+
+        if name in self._loras:
+            raise ValueError(f"an adapter named {name!r} is already loaded; load a new revision under a new name")
+        self._loras[name] = LoRARequest(name, self._next_lora_id, path)
+        self._next_lora_id += 1
+
+    def unload_adapter(self, name: str) -> None:
+        request = self._loras.pop(name)
+        self.llm.llm_engine.remove_lora(request.lora_int_id)
 
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VSamplingParams
@@ -65,7 +83,8 @@ class VLLMBackend:
             if request.images:
                 prompt["multi_modal_data"] = {"image": list(request.images)}
             prompts.append(prompt)
-        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        loras = [self._loras[r.adapter] if r.adapter else None for r in requests]
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=loras if any(loras) else None)
         return [self._to_generation(request, output.outputs[0]) for request, output in zip(requests, outputs)]
 
     @staticmethod

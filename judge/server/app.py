@@ -7,7 +7,13 @@ the config, the metrics and the batcher live on `app.state`. Every refusal is a 
     app = create_app(Judge(make_backend("runs/judge"), JudgeConfig(orders=2)), ServerConfig(port=8000))
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF), `GET /health`, `GET /metrics`.
+Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF), `GET /health`, `GET /metrics`,
+`GET /v1/adapters`.
+
+With an adapter store (`ServerConfig.adapter_store`), a request's `"model": "policy@prod"` (or
+`policy@<revision>`) picks a LoRA revision over the resident base. The name is resolved when the request
+arrives and the revision is pinned until it is answered, so promoting or rolling back never changes the
+revision of a request in flight; new revisions are hot-loaded by the batch worker between batches.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +32,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from judge.adapters.pool import AdapterPool
+from judge.adapters.store import AdapterStore, AdapterStoreError, BaseMismatchError, Revision
 from judge.judging import Judge
 from judge.rewarding import RewardRequest, RewardResult, compute_rewards
 from judge.server.batching import Batcher, JobTimeout, QueueFull, ShuttingDown
@@ -45,7 +54,7 @@ __all__ = ["create_app", "reward_cost"]
 
 log = logging.getLogger("mrjudge.server")
 
-ENDPOINTS = ("/v1/judge", "/v1/reward", "/get_reward", "/health", "/metrics")
+ENDPOINTS = ("/v1/judge", "/v1/reward", "/get_reward", "/health", "/metrics", "/v1/adapters")
 UNGRADED_REWARD = 0.5
 """Reward for a lone response with nothing to compare it with: neither good nor bad."""
 
@@ -56,11 +65,13 @@ UNGRADED_REWARD = 0.5
 @dataclass
 class JudgeWork:
     items: list[MCItem]
+    adapter: Revision | None = None
 
 
 @dataclass
 class RewardWork:
     requests: list[RewardRequest]
+    adapter: Revision | None = None
 
 
 def reward_cost(request: RewardRequest) -> int:
@@ -73,11 +84,27 @@ def reward_cost(request: RewardRequest) -> int:
     return g * (g - 1) // 2 if request.tournament == "round_robin" else g - 1
 
 
-def make_run_batch(judge: Judge, max_options: int):
-    """The batcher's `run_batch`: all reward requests of a batch in one `compute_rewards`, all items in one
-    `select` (the engine batches each call to the backend)."""
+def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = None):
+    """The batcher's `run_batch`: per adapter, all reward requests of a batch in one `compute_rewards` and
+    all items in one `select` (the engine batches each call to the backend). Adapters a batch needs are
+    loaded here, on the worker thread, so loading never races a generation."""
 
     def run_batch(payloads: list[JudgeWork | RewardWork]) -> list[list[Verdict] | list[RewardResult]]:
+        groups: dict[str | None, list[int]] = {}
+        for index, payload in enumerate(payloads):
+            groups.setdefault(payload.adapter.ref if payload.adapter else None, []).append(index)
+        out: list[Any] = [None] * len(payloads)
+        for indices in groups.values():
+            adapter = payloads[indices[0]].adapter
+            if adapter is not None and pool is not None:
+                adapter_judge = judge.with_adapter(pool.ensure_loaded(adapter))
+            else:
+                adapter_judge = judge
+            for index, result in zip(indices, run_group(adapter_judge, [payloads[i] for i in indices])):
+                out[index] = result
+        return out
+
+    def run_group(judge: Judge, payloads: list[JudgeWork | RewardWork]) -> list[Any]:
         requests = [r for p in payloads if isinstance(p, RewardWork) for r in p.requests]
         items = [i for p in payloads if isinstance(p, JudgeWork) for i in p.items]
         results = iter(compute_rewards(judge, requests, max_options=max_options) if requests else [])
@@ -146,6 +173,52 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def make_pool(judge: Judge, config: ServerConfig) -> AdapterPool | None:
+    """The adapter pool over `judge`'s backend when the config names a store (checked at start-up)."""
+    if config.adapter_store is None:
+        return None
+    backend = judge.backend
+    if not hasattr(backend, "load_adapter"):
+        raise ValueError(f"the {getattr(backend, 'name', type(backend).__name__)} backend cannot load adapters")
+    fingerprint = config.base_fingerprint
+    if fingerprint is None:
+        loaded = getattr(backend, "loaded", None)
+        if loaded is None:
+            raise ValueError(
+                "serving adapters through a remote engine needs base_fingerprint: run `mrjudge adapters "
+                "fingerprint MODEL` on the engine's base model and pass --base-fingerprint"
+            )
+        from judge.adapters.fingerprint import base_fingerprint
+
+        fingerprint = base_fingerprint(loaded.model)
+    return AdapterPool(
+        backend, AdapterStore(config.adapter_store), base_fingerprint=fingerprint, capacity=config.max_adapters
+    )
+
+
+@contextmanager
+def adapter_lease(pool: AdapterPool | None, body: dict[str, Any]) -> Iterator[Revision | None]:
+    """Take `model` out of `body` and pin the revision it names for the duration of the request."""
+    ref = body.pop("model", None)
+    if ref is None:
+        yield None
+        return
+    if not isinstance(ref, str) or not ref:
+        raise WireError(422, "model", "must be a string such as 'judge@prod' or 'judge@<revision>'", "invalid_request")
+    if pool is None:
+        raise WireError(
+            400, "model", "this server has no adapter store; start it with --adapter-store DIR", "no_adapters"
+        )
+    try:
+        revision = pool.resolve(ref)
+    except BaseMismatchError as exc:
+        raise WireError(409, "model", str(exc), "base_mismatch") from None
+    except AdapterStoreError as exc:
+        raise WireError(404, "model", str(exc), "unknown_model") from None
+    with pool.pinned(revision):
+        yield revision
+
+
 async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int) -> Any:
     """Queue `work` for the judge; the batcher's refusals become 503 / 504 envelopes."""
     state = request.app.state
@@ -184,11 +257,12 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     """
     config = config or ServerConfig()
     metrics = Metrics()
+    pool = make_pool(judge, config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         batcher = Batcher(
-            make_run_batch(judge, config.max_candidates),
+            make_run_batch(judge, config.max_candidates, pool),
             max_batch_items=config.max_batch_items,
             max_wait_ms=config.max_wait_ms,
             max_queue=config.max_queue,
@@ -206,6 +280,7 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     app.state.judge = judge
     app.state.config = config
     app.state.metrics = metrics
+    app.state.adapters = pool
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     @app.exception_handler(WireError)
@@ -249,33 +324,60 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     @app.post("/v1/judge", dependencies=[Depends(authorized)])
     async def judge_items(request: Request) -> dict[str, Any]:
         start = time.perf_counter()
-        items = await run_in_threadpool(parse_judge_body, await json_body(request), config)
-        done = await _submit(request, JudgeWork(items), len(items))
-        return {"verdicts": [v.to_dict() for v in done.result], "timing": _timing(start, done)}
+        body = await json_body(request)
+        with adapter_lease(pool, body) as adapter:
+            items = await run_in_threadpool(parse_judge_body, body, config)
+            done = await _submit(request, JudgeWork(items, adapter), len(items))
+        return {"verdicts": [v.to_dict() for v in done.result], **_model(adapter), "timing": _timing(start, done)}
 
     @app.post("/v1/reward", dependencies=[Depends(authorized)])
     async def reward(request: Request) -> dict[str, Any]:
         start = time.perf_counter()
-        reward_request = await run_in_threadpool(parse_reward_body, await json_body(request), config)
-        done = await _submit(request, RewardWork([reward_request]), reward_cost(reward_request))
+        body = await json_body(request)
+        with adapter_lease(pool, body) as adapter:
+            reward_request = await run_in_threadpool(parse_reward_body, body, config)
+            done = await _submit(request, RewardWork([reward_request], adapter), reward_cost(reward_request))
         [result] = done.result
         return {
             "rewards": result.rewards,
             "verdicts": [v.to_dict() for v in result.verdicts],
             "mode": reward_request.mode,
+            **_model(adapter),
             "timing": _timing(start, done),
         }
 
     @app.post("/get_reward", dependencies=[Depends(authorized)])
     async def get_reward(request: Request) -> dict[str, Any]:
         start = time.perf_counter()
-        batch = await run_in_threadpool(parse_get_reward_body, await json_body(request), config)
-        return await _openrlhf_rewards(request, batch, config, start)
+        body = await json_body(request)
+        with adapter_lease(pool, body) as adapter:
+            batch = await run_in_threadpool(parse_get_reward_body, body, config)
+            return {**await _openrlhf_rewards(request, batch, config, start, adapter), **_model(adapter)}
+
+    @app.get("/v1/adapters", dependencies=[Depends(authorized)])
+    async def adapters() -> dict[str, Any]:
+        if pool is None:
+            return {"store": None, "resident": []}
+        return {
+            "store": str(pool.store.root),
+            "base_fingerprint": pool.base_fingerprint,
+            "capacity": pool.capacity,
+            "resident": pool.resident(),
+            "loads": pool.loads,
+            "evictions": pool.evictions,
+        }
 
     return app
 
 
-async def _openrlhf_rewards(request: Request, batch: GetRewardBatch, config: ServerConfig, start: float) -> dict:
+def _model(adapter: Revision | None) -> dict[str, str]:
+    """The `model` a response was answered with: the adapter revision, or `base`."""
+    return {"model": adapter.ref if adapter else "base"}
+
+
+async def _openrlhf_rewards(
+    request: Request, batch: GetRewardBatch, config: ServerConfig, start: float, adapter: Revision | None = None
+) -> dict:
     """Group queries by prompt and images so listwise judging sees whole groups, judge, scatter back.
 
     A lone response with a label is judged pairwise against it; a lone one without gets 0.5 (flagged in
@@ -314,7 +416,7 @@ async def _openrlhf_rewards(request: Request, batch: GetRewardBatch, config: Ser
     timing = {"queue_ms": 0.0, "judge_ms": 0.0, "total_ms": 0.0}
     if judged:
         requests = [r for _, r in judged]
-        done = await _submit(request, RewardWork(requests), sum(reward_cost(r) for r in requests))
+        done = await _submit(request, RewardWork(requests, adapter), sum(reward_cost(r) for r in requests))
         for (members, _), result in zip(judged, done.result):
             for i, reward in zip(members, result.rewards):
                 rewards[i] = reward

@@ -59,6 +59,21 @@ class ServerConfig:
         metadata={"help": "folder whose image files clients may name by path; None refuses every file path"},
     )
 
+    # LoRA adapters over the resident base (requests name `policy@alias` or `policy@revision` as "model")
+    adapter_store: str | None = field(
+        default=None, metadata={"help": "adapter store folder (`mrjudge adapters`); None serves the base model only"}
+    )
+    max_adapters: int = field(
+        default=4, metadata={"help": "adapters kept loaded; beyond it the least recently used is unloaded"}
+    )
+    base_fingerprint: str | None = field(
+        default=None,
+        metadata={
+            "help": "fingerprint of the served base (`mrjudge adapters fingerprint MODEL`); computed from the "
+            "weights for in-process backends, required for a remote engine"
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key is empty; give a non-empty key or none")
@@ -74,6 +89,7 @@ class ServerConfig:
             "max_responses",
             "max_text_chars",
             "max_items",
+            "max_adapters",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -84,5 +100,7 @@ class ServerConfig:
             raise ValueError(f"request_timeout_s ({self.request_timeout_s}) must be > 0")
         if not 2 <= self.max_candidates <= 26:
             raise ValueError(f"max_candidates ({self.max_candidates}) must be in [2, 26] (option letters A-Z)")
+        if self.adapter_store is not None and not os.path.isdir(self.adapter_store):
+            raise ValueError(f"adapter_store ({self.adapter_store}) is not a folder; create it or fix the path")
         if self.allow_local_images is not None and not os.path.isdir(self.allow_local_images):
             raise ValueError(f"allow_local_images ({self.allow_local_images}) is not a folder")

@@ -3,7 +3,8 @@
 It exists so the OpenAI backend is tested against the protocol on the wire (FastAPI + uvicorn + the
 official `openai` client), not against a mock object. It supports what judging uses: text and image_url
 (data URL) parts, greedy and sampled decoding, `seed`, `logprobs` / `top_logprobs`, `GET /v1/models`, and
-three fault switches: `fail_first` answers the first N requests with 503 (to exercise retries),
+vLLM's runtime LoRA endpoints (`POST /v1/load_lora_adapter`, `/v1/unload_lora_adapter`; a request's `model`
+names the adapter, loaded over the resident base with PEFT), and three fault switches: `fail_first` answers the first N requests with 503 (to exercise retries),
 `reject_logprobs` answers 400 to requests asking for log-probs (to exercise the fallback), and `delay_s`
 holds every answer back (to exercise timeouts).
 """
@@ -23,6 +24,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from judge.backends.hf import TransformersBackend
 from judge.images import load_image
 from judge.models import LoadedModel
 
@@ -53,10 +55,36 @@ def make_app(
     lock = threading.Lock()  # one generate at a time: the model is not thread-safe
     state = {"requests": 0}
     tok = loaded.tokenizer
+    adapters = TransformersBackend(loaded)  # adapter bookkeeping (PEFT) over the same resident model
+    app.state.adapters = adapters
 
     @app.get("/v1/models")
     def models() -> dict:
-        return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "test"}]}
+        names = [MODEL_NAME, *adapters.adapters]
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": 0, "owned_by": "test"} for n in names],
+        }
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora(request: Request) -> JSONResponse:
+        body = await request.json()
+        with lock:
+            try:
+                adapters.load_adapter(body["lora_name"], body["lora_path"])
+            except ValueError as exc:
+                return JSONResponse({"error": {"message": str(exc), "type": "BadRequestError"}}, status_code=400)
+        return JSONResponse(f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora(request: Request) -> JSONResponse:
+        body = await request.json()
+        with lock:
+            try:
+                adapters.unload_adapter(body["lora_name"])
+            except ValueError as exc:
+                return JSONResponse({"error": {"message": str(exc), "type": "NotFoundError"}}, status_code=404)
+        return JSONResponse(f"Success: LoRA adapter '{body['lora_name']}' removed successfully.")
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
@@ -69,8 +97,12 @@ def make_app(
         if reject_logprobs and body.get("logprobs"):
             return JSONResponse({"error": {"message": "logprobs are not supported", "type": "invalid_request"}}, 400)
         messages, images = _split_images(body["messages"])
+        model = body.get("model", MODEL_NAME)
         with lock:
-            return JSONResponse(_complete(loaded, tok, messages, images, body))
+            if model != MODEL_NAME and model not in adapters.adapters:
+                return JSONResponse({"error": {"message": f"model {model!r} does not exist"}}, status_code=404)
+            with adapters.using_adapter(None if model == MODEL_NAME else model):
+                return JSONResponse(_complete(adapters.loaded, tok, messages, images, body))
 
     return app
 

@@ -1,0 +1,386 @@
+"""The adapter store: named policies, content-addressed LoRA revisions, aliases that move.
+
+Many judges and policies share one expensive base model, so what moves between training and serving is
+the adapter alone. The store is a folder any process can read (a shared filesystem between trainers and
+servers):
+
+    ROOT/<policy>/revisions/<id>/adapter_model.safetensors   PEFT's own files, loadable by PeftModel
+    ROOT/<policy>/revisions/<id>/adapter_config.json
+    ROOT/<policy>/revisions/<id>/revision.json               base fingerprint, step, metrics, parent, time
+    ROOT/<policy>/refs.json                                  aliases (`prod`, `latest`, …) and their history
+
+A revision's id is the hash of its weights and adapter config, so saving the same adapter twice gives one
+revision. Revisions are written to a temporary folder and renamed into place; `refs.json` is replaced
+atomically under a lock. Readers therefore see a revision whole or not at all, and a server resolving
+`judge@prod` while a trainer promotes sees the old or the new revision, never a mix.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from judge.jsonl import write_json_atomic
+
+__all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
+    "LATEST",
+    "AdapterStore",
+    "AdapterStoreError",
+    "BaseMismatchError",
+    "Revision",
+    "check_base",
+    "split_ref",
+]
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+REVISION_META = "revision.json"
+LATEST = "latest"
+"""The alias every save moves to the new revision."""
+ID_LENGTH = 16
+"""Hex digits of the content hash that name a revision (64 bits)."""
+
+HISTORY_LENGTH = 100
+"""Moves of one alias remembered for rollback."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Fields PEFT writes that say where or with what an adapter was saved, not what it is.
+_VOLATILE_CONFIG = {"base_model_name_or_path", "revision", "peft_version", "inference_mode", "auto_mapping"}
+
+
+class AdapterStoreError(ValueError):
+    """A bad name, an unknown policy / revision / alias, or a refused store operation."""
+
+
+class BaseMismatchError(AdapterStoreError):
+    """An adapter trained over one base model asked to run over another."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One saved adapter: where its files are and what `revision.json` says about it."""
+
+    policy: str
+    id: str
+    path: Path
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def ref(self) -> str:
+        """`policy@id`: the name a server loads it under (unique, so caches never go stale)."""
+        return f"{self.policy}@{self.id}"
+
+    @property
+    def base_fingerprint(self) -> str:
+        return self.meta.get("base_fingerprint", "")
+
+    @property
+    def step(self) -> int | None:
+        return self.meta.get("step")
+
+    @property
+    def parent(self) -> str | None:
+        return self.meta.get("parent")
+
+    @property
+    def created(self) -> float:
+        return float(self.meta.get("created", 0.0))
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """`"judge@prod"` → `("judge", "prod")`; a bare policy means its `latest` revision."""
+    policy, _, name = ref.partition("@")
+    return policy, name or LATEST
+
+
+def check_base(revision: Revision, fingerprint: str) -> None:
+    """Refuse to run `revision` over a base whose fingerprint is `fingerprint`."""
+    if revision.base_fingerprint != fingerprint:
+        raise BaseMismatchError(
+            f"adapter {revision.ref} was trained over base {revision.base_fingerprint or '(unknown)'}, but the "
+            f"serving base is {fingerprint}: serve it over the base model it was trained on, or retrain it "
+            "over this one"
+        )
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not _NAME.match(name):
+        raise AdapterStoreError(
+            f"{kind} name {name!r} is not allowed: use 1-64 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit"
+        )
+    return name
+
+
+def _content_id(weights: bytes, config: dict[str, Any]) -> str:
+    stable = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG}
+    digest = hashlib.sha256(weights)
+    digest.update(json.dumps(stable, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:ID_LENGTH]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class AdapterStore:
+    """A folder of policies, each a set of adapter revisions plus aliases (see the module docstring).
+
+    >>> import tempfile
+    >>> store = AdapterStore(tempfile.mkdtemp())
+    >>> rev = store.add_files("judge", b"weights", {"peft_type": "LORA", "r": 8}, base_fingerprint="sha256:0")
+    >>> store.resolve("judge").id == store.resolve(f"judge@{rev.id[:6]}").id == rev.id
+    True
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def save(
+        self,
+        policy: str,
+        model: Any,
+        *,
+        adapter_name: str = "default",
+        base_fingerprint: str | None = None,
+        step: int | None = None,
+        metrics: dict[str, float] | None = None,
+        parent: str | None = None,
+        base_model: str | None = None,
+    ) -> Revision:
+        """Export `model`'s PEFT adapter `adapter_name` as a new revision of `policy` (and move `latest`).
+
+        Only the adapter's tensors are written: the base model never leaves the process.
+        """
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save
+
+        from judge.adapters.fingerprint import base_fingerprint as fingerprint_of
+
+        config = model.peft_config[adapter_name].to_dict()
+        tensors = {
+            k: v.detach().to("cpu").contiguous()
+            for k, v in get_peft_model_state_dict(model, adapter_name=adapter_name).items()
+        }
+        weights = save(tensors, metadata={"format": "pt"})
+        return self.add_files(
+            policy,
+            weights,
+            config,
+            base_fingerprint=base_fingerprint or fingerprint_of(model),
+            step=step,
+            metrics=metrics,
+            parent=parent,
+            base_model=base_model or config.get("base_model_name_or_path"),
+        )
+
+    def add_folder(self, policy: str, folder: str | Path, *, base_fingerprint: str, **meta: Any) -> Revision:
+        """Import an adapter folder PEFT wrote (`save_pretrained`) as a revision of `policy`."""
+        folder = Path(folder)
+        for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
+            if not (folder / name).is_file():
+                raise AdapterStoreError(f"{folder} has no {name}: point at a folder PEFT's save_pretrained wrote")
+        config = json.loads((folder / ADAPTER_CONFIG).read_text())
+        return self.add_files(
+            policy, (folder / ADAPTER_WEIGHTS).read_bytes(), config, base_fingerprint=base_fingerprint, **meta
+        )
+
+    def add_files(
+        self,
+        policy: str,
+        weights: bytes,
+        config: dict[str, Any],
+        *,
+        base_fingerprint: str,
+        step: int | None = None,
+        metrics: dict[str, float] | None = None,
+        parent: str | None = None,
+        base_model: str | None = None,
+    ) -> Revision:
+        """Write a revision from the bytes of `adapter_model.safetensors` and the adapter config."""
+        _check_name("policy", policy)
+        if not base_fingerprint:
+            raise AdapterStoreError("base_fingerprint is empty: compute it with judge.adapters.base_fingerprint")
+        if parent is not None:
+            parent = self.resolve(parent if "@" in parent else f"{policy}@{parent}").ref
+        revision_id = _content_id(weights, config)
+        revisions = self.root / policy / "revisions"
+        final = revisions / revision_id
+        if not final.exists():
+            revisions.mkdir(parents=True, exist_ok=True)
+            meta = {
+                "policy": policy,
+                "revision": revision_id,
+                "base_fingerprint": base_fingerprint,
+                "base_model": base_model,
+                "step": step,
+                "metrics": metrics or {},
+                "parent": parent,
+                "created": time.time(),
+                "bytes": len(weights),
+                "peft_type": config.get("peft_type"),
+                "r": config.get("r"),
+            }
+            staging = Path(tempfile.mkdtemp(dir=revisions, prefix=f".{revision_id}."))
+            try:
+                for name, payload in (
+                    (ADAPTER_WEIGHTS, weights),
+                    (ADAPTER_CONFIG, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
+                    (REVISION_META, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()),
+                ):
+                    with open(staging / name, "wb") as handle:
+                        handle.write(payload)
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                os.rename(staging, final)  # atomic; fails if a twin save got there first, which is fine
+                _fsync_dir(revisions)
+            except OSError:
+                if not final.exists():
+                    raise
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        with self._refs(policy) as refs:
+            _move_alias(refs, LATEST, revision_id)
+        return self.revision(policy, revision_id)
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def policies(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / "revisions").is_dir())
+
+    def revisions(self, policy: str) -> list[Revision]:
+        """Every revision of `policy`, oldest first."""
+        folder = self.root / _check_name("policy", policy) / "revisions"
+        if not folder.is_dir():
+            return []
+        found = [self._load(policy, p) for p in folder.iterdir() if not p.name.startswith(".") and p.is_dir()]
+        return sorted(found, key=lambda r: (r.created, r.id))
+
+    def revision(self, policy: str, revision_id: str) -> Revision:
+        path = self.root / _check_name("policy", policy) / "revisions" / revision_id
+        if not (path / REVISION_META).is_file():
+            raise AdapterStoreError(f"{policy} has no revision {revision_id!r}: see `mrjudge adapters list {policy}`")
+        return self._load(policy, path)
+
+    def aliases(self, policy: str) -> dict[str, str]:
+        return dict(self._read_refs(policy)["aliases"])
+
+    def history(self, policy: str, alias: str) -> list[str]:
+        """Revisions `alias` pointed at, oldest first; the last is the current one."""
+        return list(self._read_refs(policy)["history"].get(alias, []))
+
+    def resolve(self, ref: str) -> Revision:
+        """`policy@alias`, `policy@<id or unique id prefix>` or `policy` (its latest) → the revision."""
+        policy, name = split_ref(ref)
+        _check_name("policy", policy)
+        if not (self.root / policy / "revisions").is_dir():
+            known = ", ".join(self.policies()) or "none yet"
+            raise AdapterStoreError(f"unknown policy {policy!r} in {ref!r} (policies in {self.root}: {known})")
+        aliases = self.aliases(policy)
+        if name in aliases:
+            return self.revision(policy, aliases[name])
+        matches = [r for r in self.revisions(policy) if r.id.startswith(name.lower())] if len(name) >= 4 else []
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise AdapterStoreError(f"{ref!r} matches {len(matches)} revisions of {policy}: give more of the id")
+        raise AdapterStoreError(
+            f"{ref!r}: {policy} has no alias or revision {name!r} (aliases: {', '.join(sorted(aliases)) or 'none'}; "
+            f"a revision id needs at least 4 of its hex digits)"
+        )
+
+    # -- moving aliases --------------------------------------------------------------------------------------
+
+    def promote(self, ref: str, alias: str = "prod") -> Revision:
+        """Point `policy@alias` at the revision `ref` names (recorded, so `rollback` can undo it)."""
+        revision = self.resolve(ref)
+        _check_name("alias", alias)
+        if alias == LATEST:
+            raise AdapterStoreError(f"'{LATEST}' moves by itself on every save; promote to another alias")
+        with self._refs(revision.policy) as refs:
+            _move_alias(refs, alias, revision.id)
+        return revision
+
+    def rollback(self, policy: str, alias: str = "prod") -> Revision:
+        """Point `policy@alias` back at the revision it pointed at before its last move."""
+        with self._refs(policy) as refs:
+            history = refs["history"].get(alias, [])
+            if len(history) < 2:
+                raise AdapterStoreError(f"{policy}@{alias} has no earlier revision to roll back to")
+            history.pop()
+            refs["aliases"][alias] = history[-1]
+            return self.revision(policy, history[-1])
+
+    def gc(self, *, keep_last: int = 3, keep_history: int = 3, dry_run: bool = False) -> list[Revision]:
+        """Delete revisions nothing needs: not the `keep_last` newest of their policy, not an alias's current
+        target, not among the last `keep_history` targets of any alias (rollback), not a kept one's parent."""
+        removed = []
+        for policy in self.policies():
+            revisions = self.revisions(policy)
+            refs = self._read_refs(policy)
+            keep = {r.id for r in revisions[-keep_last:]} if keep_last > 0 else set()
+            keep |= set(refs["aliases"].values())
+            for history in refs["history"].values():
+                keep |= set(history[-keep_history:]) if keep_history > 0 else set()
+            by_id = {r.id: r for r in revisions}
+            keep |= {by_id[i].parent.partition("@")[2] for i in list(keep) if i in by_id and by_id[i].parent}
+            for revision in revisions:
+                if revision.id not in keep:
+                    removed.append(revision)
+                    if not dry_run:
+                        trash = revision.path.with_name(f".trash.{revision.id}")
+                        os.rename(revision.path, trash)  # atomic: readers never see half a revision
+                        shutil.rmtree(trash)
+        return removed
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _load(self, policy: str, path: Path) -> Revision:
+        meta = json.loads((path / REVISION_META).read_text())
+        return Revision(policy=policy, id=path.name, path=path, meta=meta)
+
+    def _read_refs(self, policy: str) -> dict[str, Any]:
+        path = self.root / _check_name("policy", policy) / "refs.json"
+        refs = json.loads(path.read_text()) if path.is_file() else {}
+        return {"aliases": refs.get("aliases", {}), "history": refs.get("history", {})}
+
+    @contextmanager
+    def _refs(self, policy: str) -> Iterator[dict[str, Any]]:
+        """`refs.json` for read-modify-write under an exclusive lock; written back atomically."""
+        folder = self.root / policy
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            refs = self._read_refs(policy)
+            yield refs
+            write_json_atomic(folder / "refs.json", refs)
+
+
+def _move_alias(refs: dict[str, Any], alias: str, revision_id: str) -> None:
+    if refs["aliases"].get(alias) == revision_id:
+        return
+    refs["aliases"][alias] = revision_id
+    history = refs["history"].setdefault(alias, [])
+    history.append(revision_id)
+    del history[:-HISTORY_LENGTH]

@@ -1,0 +1,122 @@
+"""`mrjudge adapters`: list, inspect, promote, roll back and collect LoRA adapter revisions.
+
+    mrjudge adapters --store runs/adapters list                 # every policy, its revisions and aliases
+    mrjudge adapters --store runs/adapters show judge@prod      # one revision's metadata (JSON)
+    mrjudge adapters --store runs/adapters promote judge@3fa2c1 --alias prod
+    mrjudge adapters --store runs/adapters rollback judge --alias prod
+    mrjudge adapters --store runs/adapters gc --keep-last 3 --dry-run
+    mrjudge adapters --store runs/adapters import judge out/checkpoint-200 --base Qwen/Qwen2.5-VL-7B-Instruct
+    mrjudge adapters fingerprint Qwen/Qwen2.5-VL-7B-Instruct    # for `mrjudge serve --base-fingerprint`
+
+The store may also come from `$MRJUDGE_ADAPTER_STORE`. A server started with `--adapter-store` sees a
+promotion or a rollback on its next request; requests already in flight finish on their revision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+STORE_ENV = "MRJUDGE_ADAPTER_STORE"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "adapters",
+        help="LoRA adapter revisions: list, show, promote, rollback, gc, import, fingerprint",
+        description="Manage the adapter store that training writes and `mrjudge serve --adapter-store` reads.",
+    )
+    parser.add_argument("--store", default=os.environ.get(STORE_ENV), help=f"store folder (default: ${STORE_ENV})")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="policies, revisions (oldest first) and aliases")
+    listing.add_argument("policy", nargs="?", help="only this policy")
+    show = actions.add_parser("show", help="a revision's metadata as JSON")
+    show.add_argument("ref", help="policy@alias, policy@revision (or a unique prefix of it), or policy")
+    promote = actions.add_parser("promote", help="point an alias (default prod) at a revision")
+    promote.add_argument("ref")
+    promote.add_argument("--alias", default="prod")
+    rollback = actions.add_parser("rollback", help="point an alias back at its previous revision")
+    rollback.add_argument("policy")
+    rollback.add_argument("--alias", default="prod")
+    gc = actions.add_parser("gc", help="delete revisions no alias, rollback history or recent save needs")
+    gc.add_argument("--keep-last", type=int, default=3, help="newest revisions kept per policy (default 3)")
+    gc.add_argument("--keep-history", type=int, default=3, help="past targets kept per alias (default 3)")
+    gc.add_argument("--dry-run", action="store_true", help="only list what would go")
+    imported = actions.add_parser("import", help="add a folder PEFT wrote (save_pretrained) as a revision")
+    imported.add_argument("policy")
+    imported.add_argument("folder")
+    base = imported.add_mutually_exclusive_group(required=True)
+    base.add_argument("--base", help="base model folder or hub id (loaded to fingerprint it)")
+    base.add_argument("--base-fingerprint", help="the base's fingerprint, if already known")
+    imported.add_argument("--step", type=int)
+    fingerprint = actions.add_parser("fingerprint", help="print a base model's fingerprint")
+    fingerprint.add_argument("model", help="model folder or hub id")
+    parser.set_defaults(run=run)
+
+
+def _fingerprint(model: str) -> str:
+    from judge.adapters import base_fingerprint
+    from judge.models import load_model
+
+    return base_fingerprint(load_model(model, device="cpu").model)
+
+
+def _row(revision: Any, aliases: dict[str, str]) -> str:
+    names = ",".join(sorted(a for a, rid in aliases.items() if rid == revision.id)) or "-"
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(revision.created))
+    metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(revision.meta.get("metrics", {}).items())[:3])
+    size = revision.meta.get("bytes", 0) / 2**20
+    step = "-" if revision.step is None else revision.step
+    return f"  {revision.id}  step {step:<6} {size:8.2f} MiB  {created}  [{names}]  {metrics}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from judge.adapters import AdapterStore, AdapterStoreError
+
+    if args.action == "fingerprint":
+        print(_fingerprint(args.model))
+        return 0
+    if not args.store:
+        print(f"error: give --store DIR or set ${STORE_ENV}", file=sys.stderr)
+        return 2
+    store = AdapterStore(args.store)
+    try:
+        if args.action == "list":
+            policies = [args.policy] if args.policy else store.policies()
+            if not policies:
+                print(f"no policies in {args.store}")
+            for policy in policies:
+                aliases = store.aliases(policy)
+                print(f"{policy}  ({', '.join(f'{a}={r[:8]}' for a, r in sorted(aliases.items()))})")
+                for revision in store.revisions(policy):
+                    print(_row(revision, aliases))
+        elif args.action == "show":
+            revision = store.resolve(args.ref)
+            print(json.dumps({**revision.meta, "path": str(revision.path), "ref": revision.ref}, indent=2))
+        elif args.action == "promote":
+            revision = store.promote(args.ref, args.alias)
+            print(f"{revision.policy}@{args.alias} -> {revision.id} (step {revision.step})")
+        elif args.action == "rollback":
+            revision = store.rollback(args.policy, args.alias)
+            print(f"{args.policy}@{args.alias} -> {revision.id} (step {revision.step})")
+        elif args.action == "gc":
+            removed = store.gc(keep_last=args.keep_last, keep_history=args.keep_history, dry_run=args.dry_run)
+            verb = "would remove" if args.dry_run else "removed"
+            freed = sum(r.meta.get("bytes", 0) for r in removed) / 2**20
+            print(f"{verb} {len(removed)} revisions ({freed:.2f} MiB)")
+            for revision in removed:
+                print(f"  {revision.ref}")
+        elif args.action == "import":
+            fingerprint = args.base_fingerprint or _fingerprint(args.base)
+            revision = store.add_folder(
+                args.policy, args.folder, base_fingerprint=fingerprint, step=args.step, base_model=args.base
+            )
+            print(f"imported {revision.ref}")
+    except AdapterStoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
