@@ -3,6 +3,7 @@
     mrjudge serve --model runs/judge                                   # 127.0.0.1:8000, no key
     mrjudge serve --model runs/judge --host 0.0.0.0 --api-key "$KEY"   # or MRJUDGE_SERVER_API_KEY=...
     mrjudge serve --model http://127.0.0.1:8001/v1 --server-config serve.yaml --max-batch-items 64
+    mrjudge serve --model runs/tiny-judge --adapter-store runs/adapters   # requests name "model": "judge@prod"
     curl -s 127.0.0.1:8000/v1/reward -H 'Content-Type: application/json' \
         -d '{"prompt": "2+2?", "responses": ["4", "5"]}'
 

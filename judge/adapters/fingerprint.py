@@ -54,7 +54,8 @@ def base_fingerprint(model: Any) -> str:
             )
         flat = param.detach().reshape(-1)
         count = min(FINGERPRINT_SAMPLES, flat.numel())
-        index = torch.linspace(0, flat.numel() - 1, count).round().long().to(flat.device)
+        # Integer arithmetic: float positions round past the end of tensors above 2**24 values.
+        index = (torch.arange(count, dtype=torch.long) * (flat.numel() - 1) // max(count - 1, 1)).to(flat.device)
         sample = flat[index].to(torch.bfloat16).to(torch.float32).cpu().numpy().tobytes()
         digest.update(f"{name}:{tuple(param.shape)}:".encode())
         digest.update(sample)

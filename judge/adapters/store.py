@@ -125,6 +125,17 @@ def _check_name(kind: str, name: str) -> str:
     return name
 
 
+def _jsonable(config: dict[str, Any]) -> dict[str, Any]:
+    """PEFT's config as JSON values: sets (`target_modules`) become sorted lists, enums their values."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (set, frozenset)):
+            return sorted(value, key=str)
+        return value.value if hasattr(value, "value") and not isinstance(value, (str, int, float)) else str(value)
+
+    return json.loads(json.dumps(config, default=plain))
+
+
 def _content_id(weights: bytes, config: dict[str, Any]) -> str:
     stable = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG}
     digest = hashlib.sha256(weights)
@@ -176,7 +187,7 @@ class AdapterStore:
 
         from judge.adapters.fingerprint import base_fingerprint as fingerprint_of
 
-        config = model.peft_config[adapter_name].to_dict()
+        config = _jsonable(model.peft_config[adapter_name].to_dict())
         tensors = {
             k: v.detach().to("cpu").contiguous()
             for k, v in get_peft_model_state_dict(model, adapter_name=adapter_name).items()
@@ -218,6 +229,7 @@ class AdapterStore:
     ) -> Revision:
         """Write a revision from the bytes of `adapter_model.safetensors` and the adapter config."""
         _check_name("policy", policy)
+        config = _jsonable(config)
         if not base_fingerprint:
             raise AdapterStoreError("base_fingerprint is empty: compute it with judge.adapters.base_fingerprint")
         if parent is not None:

@@ -58,6 +58,8 @@ def test_fingerprint_ignores_the_peft_wrapper_and_dtype_but_not_the_weights(tiny
     with torch.no_grad():
         next(bare.parameters()).view(-1)[0] += 1.0  # one sampled value of one tensor
     assert base_fingerprint(bare) != fingerprint
+    huge = torch.nn.Embedding(2**24 + 3, 1)  # sample positions must not round past the end
+    assert base_fingerprint(huge).startswith("sha256:")
 
 
 # -- the store ------------------------------------------------------------------------------------------------
@@ -189,10 +191,17 @@ def test_backend_answers_through_each_adapter_exactly_as_the_trained_model(store
         backend.load_adapter(revision.ref, str(revision.path))
     for name in list(backend.adapters):
         backend.unload_adapter(name)
-    assert backend.adapters == [] and not hasattr(backend.loaded.model, "peft_config")
-    assert _texts(backend) == base_texts
+    assert backend.adapters == [] and _texts(backend) == base_texts
     with pytest.raises(ValueError, match="not loaded"):
         _texts(backend, revision.ref)
+    # Freed slots take the next revisions in place (PEFT hotswap); a different rank gets a fresh slot.
+    wide = lora_model(tiny_vlm_dir, 3, r=8)
+    for name, model in (("again", adapters[1]), ("wide", wide), ("last", adapters[2])):
+        revision = store.save(name, model)
+        backend.load_adapter(name, str(revision.path))
+        want = _texts(TransformersBackend(LoadedModel(model, processor, True)), "default")
+        assert _texts(backend, name) == want
+    assert _texts(backend, "again") == expected[1] and _texts(backend) == base_texts
 
 
 class RecordingBackend:
