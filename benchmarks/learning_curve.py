@@ -22,89 +22,40 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from judge.prompt import PromptConfig
-
-COMPACT_PROMPT = PromptConfig(
-    instruction="Which candidate answers the question about the image best?",
-    criteria=None,
-    answer_format="Check each candidate against the image in <think></think>, then answer <answer>X</answer>.",
+from training.tiny_recipe import (
+    History,
+    distill_judge_data,
+    grpo_config,
+    heldout_pairs,
+    plot_curves,
+    recipe_judge,
+    sft_config,
+    write_kind_world,
 )
 
 
 def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """World → negatives → describe → assemble → distill, keeping only the benchmark's question kinds."""
-    from data_synthesis.assemble import AssembleConfig
-    from data_synthesis.pipeline import (
-        load_rows,
-        run_assemble,
-        run_describe,
-        run_distill,
-        run_negatives,
-        write_sft_examples,
-    )
-    from data_synthesis.world import write_world
-    from judge.jsonl import write_jsonl_atomic
+    from data_synthesis.pipeline import run_negatives
 
-    kinds = set(args.kinds.split(","))
-    world, data = out / "world", out / "data"
-    write_world(args.world_n * 5 // len(kinds) + 5, args.seed, world, size=args.image_size)
-    rows = [r for r in load_rows(world, "records", data) if r["source"].split("/")[1] in kinds]
-    write_jsonl_atomic(
-        data / "records.jsonl", [{k: r[k] for k in ("id", "image", "question", "answer", "source")} for r in rows]
+    world = out / "data"
+    write_kind_world(
+        out / "world", world, kinds=args.kinds.split(","), n=args.world_n, seed=args.seed, image_size=args.image_size
     )
-    write_jsonl_atomic(data / "scenes.jsonl", [{"id": r["id"], **r["world"]} for r in rows])
-    world = data
     run_negatives(world, world, generator="scene", n=3, seed=args.seed, show_progress=False)
-    run_describe(world, world, describer="scene", show_progress=False)
-    items, _ = run_assemble(
-        world, world, AssembleConfig(max_options=args.max_options, val_fraction=args.val_fraction, seed=args.seed)
+    data = distill_judge_data(
+        world,
+        world,
+        max_options=args.max_options,
+        val_fraction=args.val_fraction,
+        reasoner_style=args.reasoner_style,
+        seed=args.seed,
     )
-    distilled, summary = run_distill(
-        world, world, reasoner="scene", reasoner_style=args.reasoner_style, show_progress=False
-    )
-    write_sft_examples(items, distilled, world, prompt=COMPACT_PROMPT)
-    return {"items": len(items), "kept_fraction": summary["kept_fraction"]}
-
-
-def heldout_pairs(world: Path, n: int, seed: int) -> list[Any]:
-    """Pairwise items (reference vs one negative) from validation-split records only."""
-    import random
-
-    from judge.jsonl import read_jsonl
-    from judge.types import MCItem
-
-    rng = random.Random(seed)
-    items = []
-    for _, item in read_jsonl(world / "items.jsonl"):
-        if item["meta"]["split"] != "val":
-            continue
-        label = item["label"]
-        wrong = rng.choice([i for i in range(len(item["candidates"])) if i != label])
-        pair = [item["candidates"][label], item["candidates"][wrong]]
-        first = rng.randrange(2)
-        candidates = pair if first == 0 else pair[::-1]
-        items.append(
-            MCItem(
-                id=item["id"],
-                image=item["image"],
-                question=item["question"],
-                candidates=candidates,
-                label=0 if first == 0 else 1,
-                meta={"kind": item["meta"]["source"].split("/")[1], "flaw": item["meta"]["flaws"][wrong]},
-            )
-        )
-    return items[:n]
+    return {"items": data["items"], "kept_fraction": data["kept_fraction"]}
 
 
 def evaluate(model_dir: Path, items: list[Any], image_root: Path, batch_size: int) -> dict[str, Any]:
-    from judge.backends.hf import TransformersBackend
-    from judge.judging import Judge, JudgeConfig
-
-    judge = Judge(
-        TransformersBackend(str(model_dir), device="cpu", max_batch_size=2 * batch_size),
-        JudgeConfig(orders=2, max_new_tokens=96, batch_size=batch_size, prompt=COMPACT_PROMPT),
-        image_root=image_root,
-    )
+    judge = recipe_judge(model_dir, image_root=image_root, batch_size=batch_size)
     verdicts = judge.select(items)
     per_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     calls = [0, 0]
@@ -129,43 +80,8 @@ def evaluate(model_dir: Path, items: list[Any], image_root: Path, batch_size: in
     }
 
 
-class History:
-    """A TrainerCallback-like recorder of logged losses and rewards, for the curves."""
-
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def callback(self) -> Any:
-        from transformers import TrainerCallback
-
-        history = self
-
-        class Record(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                if logs:
-                    history.logs.append(
-                        {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))}}
-                    )
-
-        return Record()
-
-
 def plot(history: dict[str, History], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_loss, ax_reward) = plt.subplots(1, 2, figsize=(11, 4))
-    sft = [(r["step"], r["loss"]) for r in history["sft"].logs if "loss" in r]
-    ax_loss.plot(*zip(*sft), label="SFT loss") if sft else None
-    ax_loss.set_xlabel("SFT step"), ax_loss.set_ylabel("loss"), ax_loss.set_yscale("log"), ax_loss.legend()
-    rewards = [(r["step"], r["reward"]) for r in history["grpo"].logs if "reward" in r]
-    ax_reward.plot(*zip(*rewards), label="GRPO mean reward") if rewards else None
-    ax_reward.set_xlabel("GRPO step"), ax_reward.set_ylabel("reward"), ax_reward.set_ylim(0, 1), ax_reward.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_curves(path, sft=history["sft"].logs, grpo=history["grpo"].logs)
 
 
 def main() -> None:
@@ -194,8 +110,8 @@ def main() -> None:
     import torch
 
     from judge.tiny import build_tiny_model
-    from training.grpo import JudgeGRPOConfig, run_grpo
-    from training.sft import JudgeSFTConfig, run_sft
+    from training.grpo import run_grpo
+    from training.sft import run_sft
 
     torch.manual_seed(args.seed)
     start = time.perf_counter()
@@ -208,30 +124,14 @@ def main() -> None:
     untrained = evaluate(base, heldout, world, args.batch_size)
 
     history = {"sft": History(), "grpo": History()}
-    common = dict(
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        seed=args.seed,
-        dataloader_num_workers=0,
-        # TRL switches checkpointing on by default; on a model this small it only buys recompute time.
-        gradient_checkpointing=False,
-    )
-    sft = JudgeSFTConfig(
-        model_name_or_path=str(base),
-        train_file=str(world / "sft" / "train.jsonl"),
-        output_dir=str(out / "sft"),
-        max_steps=args.sft_steps,
-        per_device_train_batch_size=args.batch_size,
+    sft = sft_config(
+        base,
+        world / "sft" / "train.jsonl",
+        out / "sft",
+        steps=args.sft_steps,
+        batch_size=args.batch_size,
         learning_rate=args.sft_lr,
-        lr_scheduler_type="warmup_stable_decay",
-        lr_scheduler_kwargs={"num_decay_steps": int(0.3 * args.sft_steps)},
-        warmup_steps=int(0.03 * args.sft_steps),
-        weight_decay=0.0,
-        max_length=None,
-        logging_steps=10,
-        **common,
+        seed=args.seed,
     )
     sft_start = time.perf_counter()
     run_sft(sft, callbacks=[history["sft"].callback()])
@@ -240,22 +140,14 @@ def main() -> None:
 
     grpo_start = time.perf_counter()
     if args.grpo_steps:
-        grpo = JudgeGRPOConfig(
-            model_name_or_path=str(out / "sft"),
-            train_file=str(world / "rl" / "train.jsonl"),
-            output_dir=str(out / "grpo"),
-            max_steps=args.grpo_steps,
-            per_device_train_batch_size=args.batch_size,
-            num_generations=4,
-            max_completion_length=96,
+        grpo = grpo_config(
+            out / "sft",
+            world / "rl" / "train.jsonl",
+            out / "grpo",
+            steps=args.grpo_steps,
+            batch_size=args.batch_size,
             learning_rate=args.grpo_lr,
-            temperature=1.0,
-            beta=0.0,
-            prompt_instruction=COMPACT_PROMPT.instruction,  # the wording the SFT data used
-            prompt_criteria="",
-            prompt_answer_format=COMPACT_PROMPT.answer_format,
-            logging_steps=2,
-            **common,
+            seed=args.seed,
         )
         run_grpo(grpo, callbacks=[history["grpo"].callback()])
         final = evaluate(out / "grpo", heldout, world, args.batch_size)

@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from judge.prompt import PromptConfig, build_messages
+from training.tiny_recipe import History
 
 COMPACT_PROMPT = PromptConfig(
     instruction="Which candidate answers the question about the image best?",
@@ -210,25 +211,6 @@ def heldout_reward(policy: Path, reward: Any, rows: list[dict[str, Any]], world:
     samples = [{"question": r["question"], "completion": t, "form": f, "reward": w}
                for r, t, f, w in zip(expanded, texts, forms, rewards)]  # fmt: skip
     return sum(scored) / max(1, len(scored)), shares, samples
-
-
-class History:
-    """Logged values per step (TrainerCallback.on_log), for the JSON line and the curve."""
-
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def callback(self) -> Any:
-        from transformers import TrainerCallback
-
-        history = self
-
-        class Record(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                numbers = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
-                history.logs.append({"step": state.global_step, **numbers})
-
-        return Record()
 
 
 def plot(history: History, before: float, after: float, path: Path, window: int) -> None:

@@ -1,97 +1,56 @@
-"""`mrjudge demo`: the main job on the embedded default — no downloads, seconds on a CPU.
+"""`mrjudge demo`: the whole MR. Judge life cycle on the embedded synthetic world — a CPU, no download.
 
-Until the full pipeline lands (training, evaluation, reward server), the demo runs what exists end to end:
-it draws the synthetic world, synthesises exact negatives, descriptions and judge traces, assembles
-balanced multiple-choice items, builds a tiny *untrained* Qwen2.5-VL judge, judges the items in both
-display orders and prints each verdict and the accuracy. An untrained judge rarely writes a parsable
-answer: the point is the real pipeline and model classes, end to end; training makes the numbers move.
+    mrjudge demo                                   # the full demo into runs/demo (about 10 minutes on 2 cores)
+    mrjudge demo --out runs/demo2 sft_steps=400    # any DemoConfig field as key=value
+    mrjudge demo --config configs/demo.yaml        # or from YAML
+    mrjudge demo --quick --out /tmp/demo           # every stage on tiny budgets (under a minute)
 
-    mrjudge demo --out runs/demo
+synthetic world → reverse negatives → reasoning distillation → warm-up SFT → judge GRPO → evaluation
+(VL-RewardBench-format held-out set, MM-Vet-style best-of-N) → the reward server on loopback → a short
+policy GRPO run rewarded by it → a summary table, `OUT/summary.json` and `OUT/report.md` with the plots.
+Each stage writes `OUT/<stage>/stage.json` when it finishes; re-running the same command resumes after the
+last finished stage, and a changed budget re-runs the stages it affects (see `scripts.demo_runner`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "demo",
-        help="run the main job on the embedded default (no downloads)",
-        description="Synthesise judge data from the synthetic world, build a tiny judge, judge a handful of MC items, "
-        "print verdicts and accuracy.",
+        help="the whole pipeline on the embedded default: data → SFT → GRPO → eval → reward server → policy GRPO",
+        description="Run the whole MR. Judge life cycle on the synthetic world on a CPU with no download: data "
+        "synthesis, judge SFT and GRPO, held-out evaluation, best-of-N, and policy GRPO against the judge served on "
+        "loopback. Resumable; ends with a summary table, summary.json and report.md.",
+        epilog="Budgets are DemoConfig fields (scripts/demo_config.py, configs/demo.yaml), e.g. sft_steps=400 "
+        "grpo_steps=10 world_n=1000 threads=2.",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (default: runs/demo)")
-    parser.add_argument("--n-items", type=int, default=8, help="number of MC items to judge (default: 8)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the model and the items (default: 0)")
+    parser.add_argument("--config", type=Path, help="YAML file of DemoConfig fields")
+    parser.add_argument("--quick", action="store_true", help="tiny budgets: every stage in well under a minute")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="DemoConfig fields, e.g. sft_steps=400")
     parser.set_defaults(run=run)
-
-
-def _histogram(by_split: dict) -> str:
-    """`train k=2 A4 B3, …` from assembly's nested letter histogram."""
-    return ", ".join(
-        f"{split} {k} " + " ".join(f"{letter}{n}" for letter, n in letters.items())
-        for split, by_k in by_split.items()
-        for k, letters in by_k.items()
-    )
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
-    from data_synthesis.pipeline import SynthConfig, run_all
-    from judge.backends.hf import TransformersBackend
-    from judge.jobs import judge_file, load_items
-    from judge.judging import Judge, JudgeConfig
-    from judge.tiny import build_tiny_model
-    from scripts.judge_cmd import print_summary
+    from judge.config import ConfigError
+    from scripts.demo_config import load_demo_config, parse_overrides
+
+    try:
+        config = load_demo_config(args.config, parse_overrides(args.overrides), quick=args.quick)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from scripts.demo_runner import run_demo
 
     console = Console()
-    out: Path = args.out
     console.rule("[bold]mr-judge demo")
-    model_dir = build_tiny_model(out / "tiny-judge", kind="vlm", seed=args.seed, size="tiny")
-    console.print(f"built a tiny Qwen2.5-VL judge → {model_dir}")
-    synth = run_all(
-        SynthConfig(out=str(out / "synth"), world_n=max(4 * args.n_items, 20), world_seed=args.seed, seed=args.seed),
-        show_progress=False,
-    )
-    distilled, assembled = synth["distilled"], synth["items"]
-    console.print(
-        f"synthesised {assembled['items']} MC items from the synthetic world "
-        f"({synth['negatives']['negatives']} exact negatives; right letter per split and size: "
-        f"{_histogram(assembled['letter_histogram'])}); kept {distilled['kept']} judge traces "
-        f"({distilled['kept_fraction']:.0%}) for SFT → {out / 'synth'}"
-    )
-    items = load_items(out / "synth" / "items.jsonl")[: args.n_items]
-    judge = Judge(
-        TransformersBackend(str(model_dir), device="cpu"),
-        JudgeConfig(max_new_tokens=48, seed=args.seed),
-        image_root=out / "synth",
-    )
-    verdicts, summary = judge_file(judge, items, out / "verdicts.jsonl")
-
-    table = Table(title="verdicts (label, choice and votes index the candidates as given)")
-    for column in ("id", "K", "label", "choice", "votes", "consistent", "probs"):
-        table.add_column(column, no_wrap=True)
-    for item, verdict in zip(items, verdicts):
-        probs = "—" if verdict.probs is None else " ".join(f"{p:.2f}" for p in verdict.probs)
-        table.add_row(
-            str(item.id),
-            str(len(item.candidates)),
-            str(item.label),
-            str(verdict.choice),
-            str(verdict.votes),
-            str(verdict.consistent),
-            probs,
-        )
-    console.print(table)
-    if verdicts and verdicts[0].raw:
-        console.print(f"first raw output of {verdicts[0].id}: {verdicts[0].raw[0][:80]!r}", markup=False)
-    print_summary(summary, out / "verdicts.jsonl")
-    accuracy = "n/a" if summary.accuracy is None else f"{summary.accuracy:.3f}"
-    console.print(
-        f"[bold]accuracy {accuracy}[/] over {summary.n_items} items ({summary.n_unparsed} unparsed; the tiny judge is untrained)"
-    )
+    console.print(f"output: {args.out}  (re-run the same command to resume; `--quick` for tiny budgets)")
+    run_demo(config, args.out, console)
     return 0

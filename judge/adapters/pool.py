@@ -74,26 +74,31 @@ class AdapterPool:
                     del self._pins[revision.ref]
 
     def ensure_loaded(self, revision: Revision) -> str:
-        """Load `revision` if it is not resident (model thread only) and return the name to generate with."""
+        """Make `revision` resident (model thread only) and return the name to generate with.
+
+        Least recently used, unpinned adapters are unloaded until at most `capacity` stay resident with
+        this one. When every other resident adapter is pinned by a request in flight, the pool runs over
+        capacity rather than failing the request, and trims back on a later call once they are released.
+        """
         with self._lock:
-            if revision.ref in self._resident:
+            needs_load = revision.ref not in self._resident
+            if not needs_load:
                 self._resident.move_to_end(revision.ref)
-                return revision.ref
-            victims = []
-            spare = [name for name in self._resident if self._pins[name] <= 0]
-            while len(self._resident) - len(victims) >= self.capacity and spare:
-                victims.append(spare.pop(0))
+            keep = self.capacity - 1 if needs_load else self.capacity
+            spare = [name for name in self._resident if self._pins[name] <= 0 and name != revision.ref]
+            victims = spare[: max(0, len(self._resident) - keep)]
             for name in victims:
                 del self._resident[name]
         for name in victims:
             self.backend.unload_adapter(name)
             self.evictions += 1
             log.info("unloaded adapter %s (least recently used)", name)
-        self.backend.load_adapter(revision.ref, str(revision.path))
-        with self._lock:
-            self._resident[revision.ref] = revision
-            self.loads += 1
-        log.info("loaded adapter %s (step %s)", revision.ref, revision.step)
+        if needs_load:
+            self.backend.load_adapter(revision.ref, str(revision.path))
+            with self._lock:
+                self._resident[revision.ref] = revision
+                self.loads += 1
+            log.info("loaded adapter %s (step %s)", revision.ref, revision.step)
         return revision.ref
 
     def resident(self) -> list[dict[str, Any]]:

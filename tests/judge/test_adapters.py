@@ -233,10 +233,10 @@ def test_pool_evicts_the_least_recently_used_unpinned_adapter(store, tiny_vlm_di
     with pool.pinned(a), pool.pinned(c):
         pool.ensure_loaded(b)  # everything resident is in use: go over capacity rather than fail
         assert sorted(backend.loaded) == sorted([a.ref, b.ref, c.ref])
-    pool.ensure_loaded(b)
-    assert len(backend.loaded) == 3  # nothing is unloaded until a load needs the room
+    pool.ensure_loaded(b)  # released: back to capacity, least recently used first
+    assert backend.loaded == [c.ref, b.ref]
     pool.ensure_loaded(a)
-    assert pool.loads == 4 and pool.evictions == 1
+    assert backend.loaded == [b.ref, a.ref] and pool.loads == 5 and pool.evictions == 3
     with pytest.raises(BaseMismatchError):
         AdapterPool(backend, store, base_fingerprint="sha256:other").resolve("judge@latest")
 

@@ -1,4 +1,4 @@
-"""`mrjudge` end to end: judge round trip, resume, bad input, help, the tiny-model and demo commands."""
+"""`mrjudge` end to end: judge round trip, resume, bad input, help, the tiny-model command (the demo: test_demo.py)."""
 
 from __future__ import annotations
 
@@ -137,13 +137,6 @@ def test_tiny_model_command(tmp_path, capsys):
     assert main(["tiny-model", "--out", str(tmp_path / "m"), "--kind", "lm", "--seed", "2"]) == 0
     assert (tmp_path / "m" / "model.safetensors").exists()
     assert "tiny lm model" in capsys.readouterr().out
-
-
-def test_demo_runs_and_resumes(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--n-items", "3"]) == 0
-    out = capsys.readouterr().out
-    assert "accuracy" in out and "verdicts" in out
-    assert len(_read(tmp_path / "demo" / "verdicts.jsonl")) == 3
 
 
 def test_console_script_help():

@@ -12,7 +12,6 @@ holds every answer back (to exercise timeouts).
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,13 +19,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from judge.backends.hf import TransformersBackend
 from judge.images import load_image
 from judge.models import LoadedModel
+from judge.server.background import serve_in_thread
 
 MODEL_NAME = "tiny-judge"
 
@@ -170,20 +169,6 @@ def _complete(loaded: LoadedModel, tok: Any, messages: list, images: list, body:
 
 @contextmanager
 def serve(app: FastAPI) -> Iterator[str]:
-    """Run `app` with uvicorn on a free loopback port in a thread; yields the `/v1` base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("test OpenAI server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    """Run `app` on a free loopback port in a thread (`judge.server.background`); yields the `/v1` base URL."""
+    with serve_in_thread(app, start_timeout_s=20) as root:
+        yield f"{root}/v1"

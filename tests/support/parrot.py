@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -76,8 +77,16 @@ def _example(rng: random.Random) -> tuple[list[dict], list[Image.Image], str]:
 
 
 def train_parrot(
-    model_dir: str | Path, out_dir: str | Path, *, steps: int = 140, batch: int = 8, seed: int = 0
+    model_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    steps: int = 140,
+    batch: int = 8,
+    seed: int = 0,
+    example: Callable[[random.Random], tuple[list, list, str]] | None = None,
 ) -> Path:
+    """Train on `example(rng)` rows (messages, images, completion): the suite's mix unless given another."""
+    example = example or _example
     torch.manual_seed(seed)
     rng = random.Random(seed)
     loaded = load_model(str(model_dir), device="cpu")
@@ -86,7 +95,7 @@ def train_parrot(
     optim = torch.optim.AdamW(model.parameters(), lr=3e-3)
     tok.padding_side = "right"
     for _ in range(steps):
-        rows = [_example(rng) for _ in range(batch)]
+        rows = [example(rng) for _ in range(batch)]
         prompts = [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m, _, _ in rows]
         texts = [p + t + "<|im_end|>" for p, (_, _, t) in zip(prompts, rows)]
         images = [img for _, imgs, _ in rows for img in imgs]
