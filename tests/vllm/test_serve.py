@@ -162,3 +162,46 @@ def test_requests_without_logprobs_and_sampling(vllm_url):
     params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
     first, again = backend.generate([request], params), backend.generate([request], params)
     assert first[0].label_logprobs is None and first[0].text == again[0].text
+
+
+def test_adapter_only_handoff_to_vllm_serve(vllm_url, vllm_judge_dir, hf_loaded, tmp_path):
+    """The GRPO hand-off against the real engine: each push exports a store revision, vLLM loads it by name
+    and answers exactly as the trained PEFT model; the previous revision is unloaded."""
+    import torch
+
+    from judge.models import LoadedModel
+    from tests.support.adapters import lora_model
+    from training.handoff import AdapterHandoff
+
+    policy = lora_model(vllm_judge_dir, seed=2)
+    handoff = AdapterHandoff(vllm_url, tmp_path / "store", "policy")
+    requests = [ChatRequest(messages=r.messages, images=r.images) for r in _requests(make_items(2, seed=6))]
+    greedy = SamplingParams(max_new_tokens=16)
+
+    def trained_answers():
+        backend = TransformersBackend(LoadedModel(policy, hf_loaded.processor, True))
+        return [
+            g.text
+            for g in backend.generate([ChatRequest(r.messages, r.images, adapter="default") for r in requests], greedy)
+        ]
+
+    def served_answers(name):
+        return [g.text for g in OpenAIBackend(vllm_url, model_name=name).generate(requests, greedy)]
+
+    names = []
+    try:
+        for step in (1, 2):
+            if step == 2:
+                with torch.no_grad():  # a training step's worth of change to the adapter
+                    for name, param in policy.named_parameters():
+                        if "lora_B" in name:
+                            param.mul_(-1.5)
+            revision = handoff.push(policy, step=step)
+            names.append(revision.ref)
+            assert served_answers(revision.ref) == trained_answers()
+        served = {m.id for m in OpenAI(base_url=vllm_url, api_key="EMPTY").models.list().data}
+        assert names[1] in served and names[0] not in served  # the previous revision was unloaded
+        assert handoff.bytes_moved < sum(p.numel() * p.element_size() for p in hf_loaded.model.parameters())
+    finally:
+        if names:
+            OpenAIBackend(vllm_url).unload_adapter(names[-1])
