@@ -70,11 +70,11 @@ class AdapterHandoff:
             parent=self.current.ref if self.current else None,
         )
         previous, self.current = self.current, revision
-        if previous is None or previous.ref != revision.ref:
+        if previous is None or previous.ref != revision.ref:  # an unchanged adapter is the same revision: no move
             self._post("load_lora_adapter", {"lora_name": revision.ref, "lora_path": str(revision.path)})
             if previous is not None:
                 self._post("unload_lora_adapter", {"lora_name": previous.ref})
-        self.bytes_moved += int(revision.meta.get("bytes", 0))
+            self.bytes_moved += int(revision.meta.get("bytes", 0))
         self.seconds += time.perf_counter() - start
         return revision
 

@@ -131,7 +131,7 @@ def _jsonable(config: dict[str, Any]) -> dict[str, Any]:
     def plain(value: Any) -> Any:
         if isinstance(value, (set, frozenset)):
             return sorted(value, key=str)
-        return value.value if hasattr(value, "value") and not isinstance(value, (str, int, float)) else str(value)
+        return value.value if hasattr(value, "value") else str(value)  # only called for non-JSON values
 
     return json.loads(json.dumps(config, default=plain))
 
@@ -187,7 +187,7 @@ class AdapterStore:
 
         from judge.adapters.fingerprint import base_fingerprint as fingerprint_of
 
-        config = _jsonable(model.peft_config[adapter_name].to_dict())
+        config = model.peft_config[adapter_name].to_dict()
         tensors = {
             k: v.detach().to("cpu").contiguous()
             for k, v in get_peft_model_state_dict(model, adapter_name=adapter_name).items()
