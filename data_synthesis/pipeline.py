@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from data_synthesis.assemble import AssembleConfig, assemble_items, to_sft_example
 from data_synthesis.stages import WHOLE, Shard, read_stage, run_stage, write_json_atomic
+from judge.backends.spec import ModelSpec
+from judge.engine import BatchFn, Engine
 from judge.jsonl import read_jsonl, write_jsonl_atomic
 from judge.prompt import PromptConfig
 
 __all__ = [
     "ModelSpec",
     "SynthConfig",
+    "engine_of",
     "load_rows",
     "run_all",
     "run_assemble",
@@ -31,26 +35,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-
-
-@dataclass
-class ModelSpec:
-    """Which model a stage talks to: a folder / hub id, or an OpenAI-compatible URL."""
-
-    model: str
-    backend: str | None = None
-    """hf, openai or vllm; default: openai for URLs, hf otherwise."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Backend constructor options (device, max_concurrency, api_key, …)."""
-    _built: Any = field(default=None, init=False, repr=False, compare=False)
-
-    def build(self) -> Any:
-        """The backend, made once: stages that share a spec share one loaded model."""
-        if self._built is None:
-            from judge.backends import make_backend
-
-            self._built = make_backend(self.model, self.backend, **self.options)
-        return self._built
 
 
 def _rebase(rows: list[Row], src: Path, dst: Path) -> list[Row]:
@@ -100,18 +84,18 @@ def run_negatives(
     max_attempts: int = 3,
     max_new_tokens: int = 512,
     show_progress: bool = True,
+    engine: Engine | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     from data_synthesis.negatives import ModelNegatives, SceneNegatives, summarize_negatives
 
     rows = load_rows(input_dir, "records", out_dir)
     if generator == "scene":
-        process = SceneNegatives(n=n, seed=seed)
+        process: Any = SceneNegatives(n=n, seed=seed)
     elif generator == "model":
         if model is None:
             raise ValueError("--generator model needs --model (a folder, hub id or server URL)")
-        process = ModelNegatives(
-            model.build(), n=n, seed=seed, max_attempts=max_attempts, max_new_tokens=max_new_tokens, image_root=out_dir
-        )
+        options = dict(n=n, seed=seed, max_attempts=max_attempts, max_new_tokens=max_new_tokens, image_root=out_dir)
+        process = _on_model(ModelNegatives, model, **options)
     else:
         raise ValueError(f"--generator must be 'model' or 'scene', got {generator!r}")
     return run_stage(
@@ -123,6 +107,7 @@ def run_negatives(
         batch_size=batch_size,
         summarize=summarize_negatives,
         show_progress=show_progress,
+        engine=engine,
     )
 
 
@@ -135,20 +120,28 @@ def run_describe(
     shard: Shard = WHOLE,
     batch_size: int = 16,
     show_progress: bool = True,
+    engine: Engine | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     from data_synthesis.describe import ModelDescriber, SceneDescriber
 
     rows = load_rows(input_dir, "negatives", out_dir)
     if describer == "scene":
-        process = SceneDescriber()
+        process: Any = SceneDescriber()
     elif describer == "model":
         if model is None:
             raise ValueError("--describer model needs --model")
-        process = ModelDescriber(model.build(), image_root=out_dir)
+        process = _on_model(ModelDescriber, model, image_root=out_dir)
     else:
         raise ValueError(f"--describer must be 'model' or 'scene', got {describer!r}")
     return run_stage(
-        "described", rows, process, out_dir, shard=shard, batch_size=batch_size, show_progress=show_progress
+        "described",
+        rows,
+        process,
+        out_dir,
+        shard=shard,
+        batch_size=batch_size,
+        show_progress=show_progress,
+        engine=engine,
     )
 
 
@@ -184,47 +177,56 @@ def run_distill(
     shard: Shard = WHOLE,
     batch_size: int = 16,
     show_progress: bool = True,
+    engine: Engine | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl."""
-    from data_synthesis.distill import (
-        Distiller,
-        ModelReasoner,
-        ModelRewriter,
-        RuleRewriter,
-        SceneReasoner,
-        summarize_distilled,
-    )
+    from data_synthesis.distill import SceneReasoner, summarize_distilled
 
     out_dir = Path(out_dir)
     items = load_rows(input_dir, "items", out_dir)
     if reasoner == "scene":
-        reason = SceneReasoner(reasoner_style)
-    elif reasoner == "model" and reasoner_model is not None:
-        reason = ModelReasoner(reasoner_model.build())
-    else:
+        SceneReasoner(reasoner_style)  # a bad style fails here, before any batch runs
+    if reasoner not in ("scene", "model") or (reasoner == "model" and reasoner_model is None):
         raise ValueError("--reasoner must be 'scene', or 'model' with --reasoner-model")
-    if rewriter == "rules":
-        rewrite = RuleRewriter()
-    elif rewriter == "model":
-        spec = rewriter_model or reasoner_model
-        if spec is None:
-            raise ValueError("--rewriter model needs --rewriter-model (or --reasoner-model)")
-        rewrite = ModelRewriter(spec.build())
-    else:
+    if rewriter == "model" and (rewriter_model or reasoner_model) is None:
+        raise ValueError("--rewriter model needs --rewriter-model (or --reasoner-model)")
+    if rewriter not in ("rules", "model"):
         raise ValueError(f"--rewriter must be 'rules' or 'model', got {rewriter!r}")
+    reason = (reasoner, reasoner_style, reasoner_model)
+    rewrite = (rewriter, rewriter_model or reasoner_model)
     rows, summary = run_stage(
         "distilled",
         items,
-        Distiller(reason, rewrite),
+        BatchFn(partial(_distiller, reason, rewrite), uses_model="model" in (reasoner, rewriter), name="distilled"),
         out_dir,
         shard=shard,
         batch_size=batch_size,
         summarize=summarize_distilled,
         show_progress=show_progress,
+        engine=engine,
     )
     if shard.count == 1:
         summary.update(write_sft_examples(items, rows, out_dir))
     return rows, summary
+
+
+def _build_on_model(cls: Any, spec: ModelSpec, options: dict[str, Any]) -> Any:
+    return cls(spec.build(), **options)
+
+
+def _on_model(cls: Any, spec: ModelSpec, **options: Any) -> BatchFn:
+    """A stage class over a model, built where the batches run (one backend per worker)."""
+    return BatchFn(partial(_build_on_model, cls, spec, options), uses_model=True, name=cls.__name__)
+
+
+def _distiller(reason: tuple[str, str, ModelSpec | None], rewrite: tuple[str, ModelSpec | None]) -> Any:
+    """The distillation step from its (kind, style, spec) parts, built where the batches run."""
+    from data_synthesis.distill import Distiller, ModelReasoner, ModelRewriter, RuleRewriter, SceneReasoner
+
+    (reasoner, style, reasoner_spec), (rewriter, rewriter_spec) = reason, rewrite
+    reasoning = SceneReasoner(style) if reasoner == "scene" else ModelReasoner(reasoner_spec.build())
+    rewriting = RuleRewriter() if rewriter == "rules" else ModelRewriter(rewriter_spec.build())
+    return Distiller(reasoning, rewriting)
 
 
 def write_sft_examples(
@@ -270,8 +272,22 @@ class SynthConfig:
     """AssembleConfig fields."""
     seed: int = 0
     batch_size: int = 16
+    engine: str = "local"
+    """Where the per-row stages run: "local" (this process) or "ray" (Ray Data; see `ray`)."""
+    ray: dict[str, Any] = field(default_factory=dict)
+    """RayConfig fields for `engine: ray` (address, workers, num_cpus_per_worker, num_gpus_per_worker)."""
 
     def __post_init__(self) -> None:
+        if self.engine not in ("local", "ray"):
+            raise ValueError(f"engine must be 'local' or 'ray', got {self.engine!r}")
+        from judge.engine import RayConfig
+
+        try:
+            RayConfig(**self.ray)
+        except TypeError as exc:
+            raise ValueError(
+                f"ray: {exc} (fields: address, workers, num_cpus_per_worker, num_gpus_per_worker)"
+            ) from exc
         for name in ("negatives_generator", "describer", "reasoner"):
             if getattr(self, name) not in ("scene", "model"):
                 raise ValueError(f"{name} must be 'scene' or 'model', got {getattr(self, name)!r}")
@@ -279,6 +295,13 @@ class SynthConfig:
             raise ValueError(
                 "scene generators only work on the synthetic world: set the model stages, or leave `source` null"
             )
+
+
+def engine_of(config: SynthConfig) -> Engine:
+    """The engine a config names (a Ray engine is built here, Ray itself starts on first use)."""
+    from judge.engine import RayConfig, make_engine
+
+    return make_engine(config.engine, RayConfig(**config.ray) if config.engine == "ray" else None)
 
 
 def _spec(fields: dict[str, Any] | None) -> ModelSpec | None:
@@ -297,7 +320,7 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         from data_synthesis.sources import write_records
 
         write_records(config.source, out)
-    common = dict(batch_size=config.batch_size, show_progress=show_progress)
+    common = dict(batch_size=config.batch_size, show_progress=show_progress, engine=engine_of(config))
     mllm = _spec(config.model)  # one spec (so one loaded model) for negatives and descriptions
     summaries["negatives"] = run_negatives(
         out,

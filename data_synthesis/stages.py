@@ -7,7 +7,9 @@ rows to a batch of output rows. `run_stage` does the rest, the same way for all 
   coordination, and a shard's output does not depend on how the others ran;
 - output goes through `ResumableJsonlWriter`: a job killed at any moment (even SIGKILL) and started again
   skips the ids it finished and ends with the same file an uninterrupted run writes;
-- a summary (counts plus whatever the stage adds) is written atomically as JSON next to the output.
+- a summary (counts plus whatever the stage adds) is written atomically as JSON next to the output;
+- the batches run on an engine (`judge.engine`): this process, or a Ray Data pipeline across a cluster.
+  The driver cuts the batches and writes what comes back, so the output is the same on either engine.
 
 File names: `OUT/<stage>.jsonl`, or `OUT/<stage>-<i>-of-<N>.jsonl` for shards; `read_stage` reads either.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from judge.engine import BatchFn, Engine, LocalEngine
 from judge.jsonl import ResumableJsonlWriter, read_jsonl
 
 __all__ = ["WHOLE", "Shard", "read_stage", "run_stage", "stage_path", "write_json_atomic"]
@@ -91,27 +94,32 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
 def run_stage(
     stage: str,
     rows: Sequence[Row],
-    process: Callable[[list[Row]], list[Row]],
+    process: BatchFn | Callable[[list[Row]], list[Row]],
     out_dir: str | Path,
     *,
     shard: Shard = WHOLE,
     batch_size: int = 16,
     summarize: Callable[[list[Row]], dict[str, Any]] | None = None,
     show_progress: bool = True,
+    engine: Engine | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Process this shard's rows in batches, resumably; return all its output rows and the summary.
 
     Args:
         stage: the stage name (output file stem).
         rows: the input rows (each with a unique `id`).
-        process: a batch of input rows → the output rows for them (same ids; any order).
+        process: a batch of input rows → the output rows for them (same ids; any order); a `BatchFn`
+            when the function should be built where it runs (a model per Ray actor).
         out_dir: where the output and the summary go.
         shard: which part of `rows` this job owns.
         batch_size: rows per `process` call (model stages batch their backend requests by it).
         summarize: extra summary figures from all output rows of the shard.
+        engine: where the batches run (default: this process).
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    engine = engine or LocalEngine()
+    work = BatchFn.of(process, stage)
     mine = [row for row in rows if shard.owns(row["id"])]
     out_path = stage_path(out_dir, stage, shard)
     start = time.perf_counter()
@@ -120,10 +128,10 @@ def run_stage(
         columns = (TextColumn(f"{stage}{shard.suffix()}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, disable=not show_progress) as progress:
             task = progress.add_task(stage, total=len(mine), completed=len(mine) - len(todo))
-            for offset in range(0, len(todo), batch_size):
-                batch = todo[offset : offset + batch_size]
-                writer.write(process(batch))
-                progress.advance(task, len(batch))
+            batches = [todo[offset : offset + batch_size] for offset in range(0, len(todo), batch_size)]
+            for index, done in engine.map_batches(batches, work):
+                writer.write(done)
+                progress.advance(task, len(batches[index]))
         writer.finish(order=[row["id"] for row in mine])
     out_rows = [row for _, row in read_jsonl(out_path)]
     wall_s = time.perf_counter() - start
@@ -133,6 +141,7 @@ def run_stage(
         "n_in": len(mine),
         "n_out": len(out_rows),
         "n_processed_now": len(todo),
+        "engine": engine.name,
         "wall_s": round(wall_s, 3),
     }
     if summarize:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from judge.engine import BatchFn, Engine, LocalEngine
 from judge.jsonl import InputError, ResumableJsonlWriter, read_jsonl, write_json_atomic, write_text_atomic
 from judge.judging import item_rng
 
@@ -65,27 +66,33 @@ def progress_bar(
 def resumable_predictions(
     path: str | Path,
     items: Sequence[Any],
-    predict: Callable[[Sequence[Any]], Iterable[dict[str, Any]]],
+    predict: BatchFn | Callable[[Sequence[Any]], Iterable[dict[str, Any]]],
     *,
     batch_size: int,
     description: str = "judging",
     show_progress: bool = True,
     item_id: Callable[[Any], Any] = lambda item: item.id,
+    engine: Engine | None = None,
+    finish: Callable[[Sequence[Any], list[Any]], Iterable[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Predict the items whose ids are not yet in `path`, a batch at a time, and return every row in order.
 
-    `predict(batch)` returns one row (a dict with `id`) per item. Rows are flushed per batch to
+    `predict(batch)` returns one row (a dict with `id`) per item; a `BatchFn` when it should be built where
+    it runs (one model per Ray actor). `finish(batch, outputs)`, when given, turns a batch's outputs into
+    its rows in the driver (e.g. grading through a cache the driver owns). Rows are flushed per batch to
     `path.partial`, so a killed run loses at most one batch and a re-run picks up where it stopped.
     """
+    engine = engine or LocalEngine()
+    work = BatchFn.of(predict, description)
     order = [item_id(item) for item in items]
     with ResumableJsonlWriter(path) as writer:
         todo = [item for item in items if item_id(item) not in writer.done_ids]
         with progress_bar(description, enabled=show_progress) as (set_total, advance):
             set_total(len(todo))
-            for start in range(0, len(todo), batch_size):
-                batch = todo[start : start + batch_size]
-                writer.write(predict(batch))
-                advance(len(batch))
+            batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+            for index, outputs in engine.map_batches(batches, work):
+                writer.write(finish(batches[index], outputs) if finish else outputs)
+                advance(len(batches[index]))
         final = writer.finish(order=order)
     wanted = set(order)
     return [row for row in read_predictions(final) if row["id"] in wanted]

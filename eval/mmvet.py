@@ -46,6 +46,7 @@ import hashlib
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,10 @@ from eval.common import (
     write_json_atomic,
     write_text_atomic,
 )
+from eval.workers import JudgeSpec, select_work
 from judge.backends.base import Backend, ChatRequest, SamplingParams
+from judge.backends.spec import ModelSpec
+from judge.engine import BatchFn, Engine
 from judge.images import load_image
 from judge.jsonl import InputError, ResumableJsonlWriter, read_complete_rows
 from judge.judging import Judge
@@ -311,8 +315,33 @@ def save_candidates(
     return paths
 
 
-def generate_candidates(
+def _sample_candidates(
     backend: Backend,
+    batch: Sequence[MMVetQuestion],
+    *,
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """`n` answers per question of one batch, seeded by the batch's first question id."""
+    requests = [ChatRequest.user(q.question, [load_image(str(q.image))]) for q in batch for _ in range(n)]
+    params = SamplingParams(
+        max_new_tokens, temperature, top_p, seed=item_rng(seed, batch[0].id, "candidates").randrange(2**31)
+    )
+    texts = [g.text for g in backend.generate(requests, params)]
+    if len(texts) != len(requests):
+        raise RuntimeError(f"backend {backend.name} returned {len(texts)} results for {len(requests)} requests")
+    return [{"id": q.id, "candidates": texts[i * n : (i + 1) * n]} for i, q in enumerate(batch)]
+
+
+def _candidate_sampler(spec: ModelSpec, sampling: dict[str, Any]) -> Any:
+    return partial(_sample_candidates, spec.build(), **sampling)
+
+
+def generate_candidates(
+    backend: Backend | ModelSpec,
     questions: Sequence[MMVetQuestion],
     n: int,
     *,
@@ -323,11 +352,12 @@ def generate_candidates(
     batch_size: int = 8,
     cache_path: str | Path | None = None,
     show_progress: bool = True,
+    engine: Engine | None = None,
 ) -> dict[str, list[str]]:
     """Sample `n` answers per question from a policy: the question as one user turn with its image.
 
     Args:
-        backend: the policy's inference engine.
+        backend: the policy's inference engine, or a `ModelSpec` to build it where the batches run.
         questions: from `load_mmvet`.
         n: answers per question (N of best-of-N); more than one needs `temperature > 0`.
         temperature, top_p, max_new_tokens: decoding.
@@ -335,6 +365,7 @@ def generate_candidates(
         batch_size: questions per backend call (each makes `n` requests).
         cache_path: a JSONL file (e.g. `OUT/candidates.jsonl`) that makes sampling resumable.
         show_progress: draw a progress bar.
+        engine: where sampling runs (default: this process); needs `cache_path`.
 
     Returns:
         `{id: [answer, ...]}` in the order of `questions`.
@@ -345,26 +376,29 @@ def generate_candidates(
         raise ValueError(f"n ({n}) > 1 with temperature 0 repeats one greedy answer; set temperature > 0 (e.g. 0.7)")
     SamplingParams(max_new_tokens, temperature, top_p)  # validates the decoding fields early
 
-    def predict(batch: Sequence[MMVetQuestion]) -> list[dict[str, Any]]:
-        requests = [ChatRequest.user(q.question, [load_image(str(q.image))]) for q in batch for _ in range(n)]
-        params = SamplingParams(
-            max_new_tokens, temperature, top_p, seed=item_rng(seed, batch[0].id, "candidates").randrange(2**31)
-        )
-        texts = [g.text for g in backend.generate(requests, params)]
-        if len(texts) != len(requests):
-            raise RuntimeError(f"backend {backend.name} returned {len(texts)} results for {len(requests)} requests")
-        return [{"id": q.id, "candidates": texts[i * n : (i + 1) * n]} for i, q in enumerate(batch)]
-
+    sampling = dict(n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+    if isinstance(backend, ModelSpec):
+        predict = BatchFn(partial(_candidate_sampler, backend, sampling), uses_model=True, name="sampling")
+    else:
+        predict = BatchFn.of(partial(_sample_candidates, backend, **sampling), "sampling")
     if cache_path is not None:
         rows = resumable_predictions(
-            cache_path, questions, predict, batch_size=batch_size, description="sampling", show_progress=show_progress
+            cache_path,
+            questions,
+            predict,
+            batch_size=batch_size,
+            description="sampling",
+            show_progress=show_progress,
+            engine=engine,
         )
+    elif engine is not None:
+        raise ValueError("generate_candidates with an engine needs cache_path (the engine's results go there)")
     else:
         rows = []
         with progress_bar("sampling", enabled=show_progress) as (set_total, advance):
             set_total(len(questions))
             for start in range(0, len(questions), batch_size):
-                rows += predict(questions[start : start + batch_size])
+                rows += _sample_candidates(backend, questions[start : start + batch_size], **sampling)
                 advance(len(questions[start : start + batch_size]))
     return {row["id"]: list(row["candidates"]) for row in rows}
 
@@ -671,7 +705,7 @@ def _report(metrics: Mapping[str, Any], capabilities: Sequence[str], grader: str
 
 
 def run_mmvet(
-    judge: Judge,
+    judge: Judge | JudgeSpec,
     questions: Sequence[MMVetQuestion],
     candidates: Mapping[str, Sequence[str]],
     grader_backend: Backend,
@@ -680,6 +714,7 @@ def run_mmvet(
     seed: int = 0,
     batch_size: int = 32,
     show_progress: bool = True,
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
     """Best-of-N on MM-Vet: judge each question's candidates, grade every candidate, score each selector.
 
@@ -689,7 +724,8 @@ def run_mmvet(
     seed): rows already written keep their picks.
 
     Args:
-        judge: the judge (`judge.select` decides among the N candidates).
+        judge: the judge (`judge.select` decides among the N candidates); a `JudgeSpec` to build it where
+            the batches run (needed for `engine=RayEngine(…)`).
         questions: from `load_mmvet`.
         candidates: `{id: [N answers]}` from `load_candidates` or `generate_candidates`.
         grader_backend: the grader, in practice `OpenAIBackend(url, model_name="gpt-4-0613")`.
@@ -697,6 +733,8 @@ def run_mmvet(
         seed: seeds the `random` selector.
         batch_size: questions judged and graded per step; a crash loses at most one step.
         show_progress: draw a progress bar.
+        engine: where the judge runs (default: this process). Grading stays in this process: the grader is
+            an HTTP endpoint, called concurrently, with its answers cached in `grades.jsonl`.
 
     Returns:
         The metrics written to `metrics.json` (see `score_mmvet`).
@@ -716,22 +754,25 @@ def run_mmvet(
             )
     cache = _GradeCache(out / "grades.jsonl", grader_backend)
 
-    def predict(batch: Sequence[MMVetQuestion]) -> list[dict[str, Any]]:
-        items = [
-            MCItem(id=q.id, question=q.question, candidates=list(candidates[q.id]), image=str(q.image)) for q in batch
-        ]
-        verdicts = judge.select(items)
-        cache.fill([(q, candidates[q.id]) for q in batch])
-        return [_row(q, candidates[q.id], cache.grades(q, candidates[q.id]), v, seed) for q, v in zip(batch, verdicts)]
+    items = [
+        MCItem(id=q.id, question=q.question, candidates=list(candidates[q.id]), image=str(q.image)) for q in questions
+    ]
+
+    def grade(batch: Sequence[MCItem], verdicts: list[Verdict]) -> list[dict[str, Any]]:
+        asked = [by_id[item.id] for item in batch]
+        cache.fill([(q, candidates[q.id]) for q in asked])
+        return [_row(q, candidates[q.id], cache.grades(q, candidates[q.id]), v, seed) for q, v in zip(asked, verdicts)]
 
     try:
         rows = resumable_predictions(
             predictions,
-            questions,
-            predict,
+            items,
+            select_work(judge),
             batch_size=batch_size,
             description="MM-Vet best-of-N",
             show_progress=show_progress,
+            engine=engine,
+            finish=grade,
         )
         cache.writer.finish()
     finally:
@@ -756,7 +797,8 @@ def run_mmvet(
     grader = ", ".join(f"`{g}`" for g in graders) + (f" at {endpoint}" if endpoint else f" ({grader_backend.name})")
     if len(graders) > 1:
         grader += " (WARNING: grades from more than one grader model are mixed in this folder)"
-    write_text_atomic(out / "report.md", _report(metrics, capabilities, grader, judge.backend.name))
+    judge_name = judge.model.backend_name if isinstance(judge, JudgeSpec) else judge.backend.name
+    write_text_atomic(out / "report.md", _report(metrics, capabilities, grader, judge_name))
     bar_chart(
         out / "mmvet_by_capability.png",
         {selector: {c: 100 * metrics[f"{selector}_{c}"] for c in [*capabilities, "total"]} for selector in SELECTORS},

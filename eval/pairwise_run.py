@@ -13,6 +13,7 @@ from typing import Any
 
 from eval.common import bar_chart, markdown_table, resumable_predictions, write_json_atomic, write_text_atomic
 from eval.pairwise import PairItem
+from judge.engine import BatchFn, Engine
 
 __all__ = ["PairwiseBenchmark", "report_pairwise", "run_pairwise"]
 
@@ -130,14 +131,19 @@ def run_pairwise(
     bench: PairwiseBenchmark,
     items: Sequence[PairItem],
     out: str | Path,
-    predict: Callable[[Sequence[PairItem]], list[dict[str, Any]]],
+    predict: BatchFn | Callable[[Sequence[PairItem]], list[dict[str, Any]]],
     *,
     batch_size: int,
     judge_name: str,
     protocol: str,
     show_progress: bool = True,
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
-    """Predict (resuming from `out/predictions.jsonl`), score, and write the report; returns the metrics."""
+    """Predict (resuming from `out/predictions.jsonl`), score, and write the report; returns the metrics.
+
+    `predict` runs on `engine` (default: this process); for Ray, pass a `BatchFn` that builds the judge
+    where it runs (`eval.workers.mc_work`, `official_work`).
+    """
     rows = resumable_predictions(
         Path(out) / "predictions.jsonl",
         items,
@@ -145,6 +151,7 @@ def run_pairwise(
         batch_size=batch_size,
         description=bench.name,
         show_progress=show_progress,
+        engine=engine,
     )
     metrics = bench.score(items, rows)
     report_pairwise(bench, metrics, out, judge_name=judge_name, protocol=protocol)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scripts.engine_flags import add_engine_flags
 from scripts.judge_cmd import judge_config_from
 
 
@@ -41,6 +42,7 @@ def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> N
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 …")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_engine_flags(parser)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -100,27 +102,46 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     mmvet.set_defaults(run=run_mmvet_cli)
 
 
-def make_judge_backend(args: argparse.Namespace) -> Any:
-    """The backend `--model`/`--backend` name; a load failure exits with a message naming the flag."""
-    from judge.backends import make_backend
+def engine_from(args: argparse.Namespace) -> Any:
+    """The engine `--engine` and the Ray flags name; a bad combination exits with the flag to fix."""
+    from scripts.engine_flags import engine_from as engine_of
 
-    kwargs: dict[str, Any] = {}
-    if args.device:
-        kwargs["device"] = args.device
-    if args.api_key:
-        kwargs["api_key"] = args.api_key
     try:
-        return make_backend(args.model, args.backend, **kwargs)
-    except (ImportError, OSError, ValueError) as exc:
-        raise SystemExit(f"error: cannot load the judge from --model {args.model}: {exc}") from exc
+        return engine_of(args)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from exc
 
 
-def make_judge(args: argparse.Namespace) -> Any:
-    """An MC `Judge` from the flags (mc mode), seeded by `--seed`."""
-    from judge.judging import Judge
+def judge_model_spec(args: argparse.Namespace, model: str | None = None) -> Any:
+    """The `ModelSpec` that `--model`/`--backend` (and `--device`, `--api-key`) name."""
+    from judge.backends.spec import ModelSpec
 
-    config = judge_config_from(args)
-    return Judge(make_judge_backend(args), config)
+    options: dict[str, Any] = {}
+    if args.device:
+        options["device"] = args.device
+    if args.api_key and model is None:
+        options["api_key"] = args.api_key
+    return ModelSpec(model or args.model, None if model else args.backend, options)
+
+
+def loaded(spec: Any, engine: Any, flag: str = "--model") -> Any:
+    """`spec`, loaded now when it runs in this process, so a bad model fails with a message naming the flag.
+
+    On Ray the model loads in the actors; this process never loads it.
+    """
+    if engine.name == "local":
+        try:
+            spec.build()
+        except (ImportError, OSError, ValueError) as exc:
+            raise SystemExit(f"error: cannot load the model from {flag} {spec.model}: {exc}") from exc
+    return spec
+
+
+def make_judge(args: argparse.Namespace, engine: Any) -> Any:
+    """The MC `JudgeSpec` from the flags (mc mode), seeded by `--seed`."""
+    from eval.workers import JudgeSpec
+
+    return JudgeSpec(loaded(judge_model_spec(args), engine), judge_config_from(args))
 
 
 def _load_pairwise(args: argparse.Namespace) -> tuple[Any, list[Any]]:
@@ -142,11 +163,12 @@ def _load_pairwise(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 def run_pairwise_cli(args: argparse.Namespace) -> int:
     from eval.common import read_decisions
-    from eval.pairwise import mc_predict
     from eval.pairwise_run import report_pairwise, run_pairwise
+    from eval.workers import mc_work, official_work
     from judge.jsonl import InputError
 
     bench, items = _load_pairwise(args)
+    engine = engine_from(args)
     spec = bench.BENCHMARK
     vlrb = args.benchmark == "vl-rewardbench"
     if args.predictions is not None:
@@ -161,19 +183,20 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
         print("error: give --model to run a judge, or --predictions to score a file", file=sys.stderr)
         return 2
     elif args.mode == "mc":
-        judge = make_judge(args)
+        judge = make_judge(args, engine)
         metrics = run_pairwise(
             spec,
             items,
             args.out,
-            lambda batch: mc_predict(judge, batch),
+            mc_work(judge),
             batch_size=args.batch_size,
             judge_name=args.model,
             protocol=bench.protocol("mc", orders=judge.config.orders or 2),
             show_progress=not args.quiet,
+            engine=engine,
         )
     else:
-        backend = make_judge_backend(args)
+        backend = loaded(judge_model_spec(args), engine)
         overrides = {"seed": args.seed}
         if args.temperature is not None:
             overrides["temperature"] = args.temperature
@@ -190,11 +213,12 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
             spec,
             items,
             args.out,
-            lambda batch: bench.official_predict(backend, batch, config),
+            official_work(bench.official_predict, backend, config),
             batch_size=args.batch_size,
             judge_name=args.model,
             protocol=bench.protocol("official", config),
             show_progress=not args.quiet,
+            engine=engine,
         )
     _print_headline(spec.title, metrics, args.out)
     return 0
@@ -217,16 +241,16 @@ def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
 
 def run_mmvet_cli(args: argparse.Namespace) -> int:
     from eval import mmvet
-    from judge.backends import make_backend
     from judge.backends.openai_http import OpenAIBackend
     from judge.jsonl import InputError
 
+    engine = engine_from(args)
     try:
         questions = mmvet.load_mmvet(args.data, args.images, limit=args.limit)
         if args.candidates:
             candidates = mmvet.load_candidates(args.candidates, questions)
         else:
-            policy = make_backend(args.policy, None, **({"device": args.device} if args.device else {}))
+            policy = loaded(judge_model_spec(args, args.policy), engine, "--policy")
             candidates = mmvet.generate_candidates(
                 policy,
                 questions,
@@ -237,9 +261,10 @@ def run_mmvet_cli(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 cache_path=args.out / "candidates.jsonl",
                 show_progress=not args.quiet,
+                engine=engine,
             )
             mmvet.save_candidates(candidates, args.out)
-        judge = make_judge(args)
+        judge = make_judge(args, engine)
         grader = OpenAIBackend(args.grader_url, model_name=args.grader_model, api_key=args.grader_api_key)
         metrics = mmvet.run_mmvet(
             judge,
@@ -250,6 +275,7 @@ def run_mmvet_cli(args: argparse.Namespace) -> int:
             seed=args.seed,
             batch_size=args.batch_size,
             show_progress=not args.quiet,
+            engine=engine,
         )
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -6,6 +6,8 @@ mrjudge synth negatives --input data/ --out runs/neg --generator model --model Q
 mrjudge synth describe --input runs/synth --out runs/synth --describer scene
 mrjudge synth assemble --input runs/synth --out runs/synth
 mrjudge synth distill --input runs/synth --out runs/synth --reasoner scene
+mrjudge synth negatives --input data/ --out runs/neg --generator model --model Qwen/Qwen2.5-VL-7B-Instruct \
+    --backend vllm --engine ray --ray-address auto          # one vLLM actor per GPU of the cluster
 mrjudge synth all --config configs/synth_world.yaml
 """
 
@@ -15,6 +17,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from scripts.engine_flags import add_engine_flags, engine_from
 
 
 def _model_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -32,6 +36,7 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=16, help="rows per batch (backend requests are batched by it)"
     )
+    add_engine_flags(parser)
 
 
 def _spec(model: str | None, backend: str | None):
@@ -115,6 +120,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
     p = stages.add_parser("all", help="run the whole chain from a YAML config")
     p.add_argument("--config", type=Path, required=True, help="YAML with SynthConfig fields")
+    p.add_argument("--engine", choices=("local", "ray"), help="overrides the config's `engine`")
+    p.add_argument("--ray-address", help="with --engine ray: overrides the config's `ray.address`")
     p.set_defaults(run=run_all)
 
 
@@ -176,6 +183,7 @@ def run_negatives(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_attempts=args.max_attempts,
         max_new_tokens=args.max_new_tokens,
+        engine=engine_from(args),
     )
     return _print(summary)
 
@@ -192,6 +200,7 @@ def run_describe(args: argparse.Namespace) -> int:
         model=_spec(args.model, args.backend),
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,
+        engine=engine_from(args),
     )
     return _print(summary)
 
@@ -222,6 +231,7 @@ def run_distill(args: argparse.Namespace) -> int:
         rewriter_model=_spec(args.rewriter_model, args.rewriter_backend),
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,
+        engine=engine_from(args),
     )
     return _print(summary)
 
@@ -236,4 +246,10 @@ def run_all(args: argparse.Namespace) -> int:
         config = config_from_yaml(SynthConfig, args.config)
     except ConfigError as exc:
         raise ValueError(str(exc)) from exc
+    if args.engine:
+        config.engine = args.engine
+    if args.ray_address:
+        if config.engine != "ray":
+            raise ValueError("--ray-address needs --engine ray (or `engine: ray` in the config)")
+        config.ray = {**config.ray, "address": args.ray_address}
     return _print(run(config))

@@ -12,6 +12,7 @@ any of them. `--help-fields` lists them all.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -72,5 +73,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         from training.grpo import run_grpo as run_stage
     result = run_stage(config)
-    print(f"trained {result.global_step} steps (loss {result.training_loss:.4f}) → {config.output_dir}")
+    if int(os.environ.get("RANK", "0")) == 0:  # one line per run, not one per process
+        print(f"trained {result.global_step} steps (loss {result.training_loss:.4f}) → {config.output_dir}")
     return 0

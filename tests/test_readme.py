@@ -47,7 +47,21 @@ SKIP: list[tuple[str, str]] = [
     (r".*https?://.*", "needs a model server (vllm serve, mrjudge serve) or the internet"),
     (r"(MRJUDGE_\w+=\S+ )?mrjudge serve .*", "a long-running server; tests/judge/server covers it on loopback"),
     (r"curl .*", "needs a running reward server"),
+    (
+        r"accelerate launch --config_file configs/accelerate/multinode_\w+\.yaml --machine_rank \d .*",
+        "multi-node training: two machines with 8 GPUs each",
+    ),
+    (
+        r"accelerate launch --multi_gpu --num_(processes|machines) .* -m scripts\.cli train sft --config "
+        r"configs/judge_sft_tiny\.yaml .*",
+        "covered by tests/training/test_multinode.py",
+    ),
     (r"accelerate launch .*", "multi-GPU training"),
+    (r"ray start .*", "starts a node of a Ray cluster; tests/ray run on a local Ray instead"),
+    (
+        r"mrjudge synth all --config configs/synth_world\.yaml --engine ray",
+        "tests/ray/test_synthesis.py runs it on a local Ray and compares every file with the local run",
+    ),
     (r"mrjudge train (sft|grpo|policy) .*", "training takes minutes on a CPU; tests/training covers the recipes"),
     (r"mrjudge synth (records|negatives|describe|assemble|distill|world) .*", "on your own data and model servers"),
     (r"mrjudge eval .*", "needs a trained judge and the benchmark's data (VL-RewardBench, MM-Vet, MMRB)"),

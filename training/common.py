@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from transformers import TrainerCallback
 
 from judge.config import config_values, yaml_load
 
 __all__ = [
     "JudgeModelArguments",
+    "RankFingerprintCallback",
     "latest_checkpoint",
     "load_config",
+    "parameter_fingerprint",
     "prepare_model",
     "run_recipe",
     "save_resolved_config",
@@ -66,6 +69,13 @@ class JudgeModelArguments:
     resume: bool = field(
         default=False,
         metadata={"help": "Resume from the last checkpoint in output_dir (optimizer and RNG state included)."},
+    )
+    rank_fingerprints: bool = field(
+        default=False,
+        metadata={
+            "help": "Write each process's sha256 of its parameters at train start and end to "
+            "output_dir/rank_fingerprints/rank{R}.json (data-parallel replicas must agree; sharded ones differ)."
+        },
     )
 
 
@@ -149,6 +159,54 @@ def prepare_model(
     return model, processor, peft_config
 
 
+def parameter_fingerprint(model: Any) -> str:
+    """sha256 over a model's (or state dict's) tensors: names, dtypes, shapes and bytes, in name order."""
+    import hashlib
+
+    import torch
+
+    state = model.state_dict() if hasattr(model, "state_dict") else model
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}|{tensor.dtype}|{tuple(state[name].shape)}\n".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+class RankFingerprintCallback(TrainerCallback):
+    """Writes `output_dir/rank_fingerprints/rank{R}.json`: this process's parameter fingerprint at train start
+    and end, with its rank, world size, backend, steps and batches per epoch — the evidence that a
+    multi-process run really split the data and ended with the same weights on every data-parallel rank.
+    Under DeepSpeed ZeRO-3 or FSDP each rank holds a shard, so the fingerprints differ by design.
+    """
+
+    def __init__(self) -> None:
+        self.start: str | None = None
+        self.batches_per_epoch: int | None = None
+
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        self.start = parameter_fingerprint(model)
+        self.batches_per_epoch = len(train_dataloader) if train_dataloader is not None else None
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        import torch.distributed as dist
+
+        record = {
+            "rank": args.process_index,
+            "world_size": args.world_size,
+            "backend": dist.get_backend() if dist.is_available() and dist.is_initialized() else None,
+            "global_step": state.global_step,
+            "epoch": state.epoch,
+            "batches_per_epoch": self.batches_per_epoch,
+            "start": self.start,
+            "end": parameter_fingerprint(model),
+        }
+        folder = Path(args.output_dir) / "rank_fingerprints"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"rank{args.process_index}.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
 def run_recipe(build: Any, config: Any, callbacks: list[Any] | None = None) -> Any:
     """Build a trainer with `build(config, callbacks=…, checkpoint=…)`, train, save judge and processor.
 
@@ -164,9 +222,14 @@ def run_recipe(build: Any, config: Any, callbacks: list[Any] | None = None) -> A
 
         policy = config.adapter_policy or Path(config.output_dir).name
         callbacks.append(AdapterExportCallback(config.adapter_store, policy, parent=config.adapter_parent))
+    if config.rank_fingerprints:
+        callbacks.append(RankFingerprintCallback())
     trainer = build(config, callbacks=callbacks, checkpoint=checkpoint)
-    save_resolved_config(config, config.output_dir)
+    # In a multi-process run only the saving process(es) write files every rank would write alike.
+    if trainer.args.should_save:
+        save_resolved_config(config, config.output_dir)
     result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(config.output_dir)
-    trainer.processing_class.save_pretrained(config.output_dir)
+    trainer.save_model(config.output_dir)  # saves where `should_save` (and gathers sharded weights)
+    if trainer.args.should_save:
+        trainer.processing_class.save_pretrained(config.output_dir)
     return result

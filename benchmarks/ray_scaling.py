@@ -1,0 +1,138 @@
+"""Negatives per second on the synthetic world: the local engine against Ray Data with 1 and 2 workers.
+
+All three runs synthesise negatives for the same records through `data_synthesis.pipeline.run_negatives`,
+each into a fresh folder, and must write the same file. The generator is a randomly initialised tiny
+Qwen2.5-VL through the transformers backend; it never stops early, so every batch costs exactly
+`--max-new-tokens` tokens per row, a fixed workload. Ray starts once, on this machine
+(`ray.init(num_cpus=CPUS)`), before the timed runs; each Ray run's time includes starting its actor pool
+and loading the model in every actor, as a user's run would.
+
+The local engine uses every core in one process (torch threads = CPUs); a Ray worker gets one CPU (Ray
+sets one thread per worker), so `ray2` on a 2-core machine spreads the same cores over two processes.
+On a cluster, workers are GPUs or machines and the local engine has no equivalent.
+
+    python benchmarks/ray_scaling.py [--items 256] [--batch-size 8] [--max-new-tokens 48] [--size small]
+
+Prints one JSON line with `local_items_per_s`, `ray1_items_per_s`, `ray2_items_per_s` (whole stage, start-up
+included), `*_steady_items_per_s` (from the first batch back to the last: the rate once the pool is up),
+and the stage's items/s with the model-free scene generator (`scene_*`), where Ray's per-batch overhead
+shows on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from data_synthesis.pipeline import run_negatives
+from data_synthesis.world import write_world
+from judge.backends.spec import ModelSpec
+from judge.engine import Engine, LocalEngine, RayConfig, RayEngine
+from judge.tiny import build_tiny_model
+
+
+class Clocked:
+    """An engine that notes when each batch comes back, to tell start-up from the steady rate."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine, self.name, self.arrivals = engine, engine.name, []
+
+    def map_batches(self, batches, fn):
+        for index, outputs in self.engine.map_batches(batches, fn):
+            self.arrivals.append((time.perf_counter(), len(batches[index])))
+            yield index, outputs
+
+
+def timed(world: Path, out: Path, engine: Engine, **options) -> tuple[float, float]:
+    """(wall seconds of the whole stage, items/s from the first batch back to the last)."""
+    clocked = Clocked(engine)
+    start = time.perf_counter()
+    _, summary = run_negatives(world, out, engine=clocked, show_progress=False, **options)
+    wall = time.perf_counter() - start
+    assert summary["n_processed_now"] == summary["n_in"], summary
+    (first, _), (last, _) = clocked.arrivals[0], clocked.arrivals[-1]
+    after_first = sum(n for _, n in clocked.arrivals[1:])
+    return wall, after_first / (last - first) if last > first else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--size", default="small", help="tiny-model size (judge.tiny)")
+    parser.add_argument("--scene-items", type=int, default=2000)
+    parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import ray
+
+    torch.manual_seed(args.seed)
+    results: dict[str, object] = {"benchmark": "ray_scaling", "stage": "negatives", "cpus": args.cpus}
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        model = build_tiny_model(folder / "model", seed=args.seed, size=args.size)
+        world, scene_world = folder / "world", folder / "scene-world"
+        write_world(args.items, args.seed, world)
+        write_world(args.scene_items, args.seed, scene_world, size=56)
+        spec = ModelSpec(str(model), "hf", {"device": "cpu"})
+        model_options = dict(
+            generator="model",
+            model=spec,
+            n=3,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            max_attempts=1,
+            max_new_tokens=args.max_new_tokens,
+        )
+        scene_options = dict(generator="scene", n=3, seed=args.seed, batch_size=64)
+
+        start = time.perf_counter()
+        ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+        results["ray_init_s"] = round(time.perf_counter() - start, 2)
+        engines = {
+            "local": LocalEngine(),
+            "ray1": RayEngine(RayConfig(workers=1)),
+            "ray2": RayEngine(RayConfig(workers=2)),
+        }
+        torch.set_num_threads(args.cpus)
+        for name, engine in engines.items():
+            wall, steady = timed(world, folder / name, engine, **model_options)
+            results[f"{name}_items_per_s"] = round(args.items / wall, 3)
+            results[f"{name}_steady_items_per_s"] = round(steady, 3)
+            results[f"{name}_wall_s"] = round(wall, 2)
+            scene_wall, _ = timed(scene_world, folder / f"scene-{name}", engine, **scene_options)
+            results[f"scene_{name}_items_per_s"] = round(args.scene_items / scene_wall, 1)
+        ray.shutdown()
+        results["outputs_equal"] = all(
+            filecmp.cmp(folder / "local" / "negatives.jsonl", folder / name / "negatives.jsonl", shallow=False)
+            and filecmp.cmp(
+                folder / "scene-local" / "negatives.jsonl", folder / f"scene-{name}" / "negatives.jsonl", shallow=False
+            )
+            for name in ("ray1", "ray2")
+        )
+    results["ray2_over_local"] = round(results["ray2_items_per_s"] / results["local_items_per_s"], 2)
+    results["ray2_over_ray1"] = round(results["ray2_items_per_s"] / results["ray1_items_per_s"], 2)
+    results["steady_ray2_over_ray1"] = round(results["ray2_steady_items_per_s"] / results["ray1_steady_items_per_s"], 2)
+    results.update(
+        model=f"{args.size} Qwen2.5-VL (random init, float32), transformers backend",
+        items=args.items,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        scene_items=args.scene_items,
+        local_torch_threads=args.cpus,
+        ray_threads_per_worker=1,
+    )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

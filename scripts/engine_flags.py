@@ -1,0 +1,52 @@
+"""`--engine local|ray` with its Ray flags, shared by `mrjudge synth` and `mrjudge eval`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine (where the batches run)")
+    group.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this process (default); ray: a Ray Data pipeline (model work in an actor pool)",
+    )
+    group.add_argument(
+        "--ray-address",
+        help="with --engine ray: a running cluster (auto, or ray://HOST:10001); default: start Ray on this machine",
+    )
+    group.add_argument(
+        "--ray-workers", type=int, help="with --engine ray: actors (model work) or tasks at once; default: GPUs or CPUs"
+    )
+    group.add_argument(
+        "--ray-gpus-per-worker", type=float, help="with --engine ray: GPUs per model actor (default: 1 if any, else 0)"
+    )
+    group.add_argument(
+        "--ray-cpus-per-worker", type=float, default=1.0, help="with --engine ray: CPUs per actor or task (default 1)"
+    )
+
+
+def engine_from(args: argparse.Namespace) -> Any:
+    """The engine the flags name; Ray flags without `--engine ray` are refused (ValueError), not ignored."""
+    from judge.engine import RayConfig, make_engine
+
+    ray_flags = {
+        "--ray-address": args.ray_address,
+        "--ray-workers": args.ray_workers,
+        "--ray-gpus-per-worker": args.ray_gpus_per_worker,
+    }
+    if args.engine != "ray":
+        given = [flag for flag, value in ray_flags.items() if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} need --engine ray")
+        return make_engine("local")
+    config = RayConfig(
+        address=args.ray_address,
+        workers=args.ray_workers,
+        num_gpus_per_worker=args.ray_gpus_per_worker,
+        num_cpus_per_worker=args.ray_cpus_per_worker,
+    )
+    return make_engine("ray", config)

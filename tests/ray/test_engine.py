@@ -1,0 +1,69 @@
+"""The Ray engine itself: every batch comes back once, from the workers, and failures reach the driver."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+import pytest
+
+from judge.engine import BatchFn, LocalEngine, RayConfig, RayEngine, make_engine
+
+
+def _double(batch):
+    return [{**row, "x": row["x"] * 2, "pid": os.getpid()} for row in batch]
+
+
+class _Loaded:
+    """Stands for a model: built once per worker, counts the batches it served."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset, self.served, self.pid = offset, 0, os.getpid()
+
+    def __call__(self, batch):
+        self.served += 1
+        return [{"id": row["id"], "y": row["x"] + self.offset, "pid": self.pid, "served": self.served} for row in batch]
+
+
+def _fail_on(bad_id, batch):
+    if any(row["id"] == bad_id for row in batch):
+        raise ValueError(f"row {bad_id} is bad")
+    return batch
+
+
+def _batches(n: int, size: int = 3):
+    rows = [{"id": f"r{i}", "x": i} for i in range(n)]
+    return [rows[i : i + size] for i in range(0, n, size)]
+
+
+def test_cpu_tasks_and_model_actors_return_every_batch_once(ray_engine):
+    batches = _batches(20)
+    local = dict(LocalEngine().map_batches(batches, BatchFn.of(_double)))
+    remote = dict(ray_engine.map_batches(batches, BatchFn.of(_double)))
+    strip = {i: [{k: v for k, v in row.items() if k != "pid"} for row in rows] for i, rows in local.items()}
+    assert {i: [{k: v for k, v in r.items() if k != "pid"} for r in rows] for i, rows in remote.items()} == strip
+    assert {row["pid"] for rows in remote.values() for row in rows} - {os.getpid()}, "ran in Ray workers"
+
+    model = BatchFn(partial(_Loaded, 100), uses_model=True)
+    served = list(ray_engine.map_batches(batches, model))
+    assert sorted(i for i, _ in served) == list(range(len(batches)))
+    assert all(row["y"] == row_in["x"] + 100 for i, rows in served for row, row_in in zip(rows, batches[i]))
+    pids = {row["pid"] for _, rows in served for row in rows}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2  # a pool of at most two actors
+    # Each actor built its model once and kept it: its batch counter runs up to what it served.
+    by_actor = {pid: sorted(rows[0]["served"] for _, rows in served if rows[0]["pid"] == pid) for pid in pids}
+    assert all(counts == list(range(1, len(counts) + 1)) for counts in by_actor.values())
+
+
+def test_a_failing_batch_reaches_the_driver_with_its_message(ray_engine):
+    with pytest.raises(Exception, match="row r7 is bad"):
+        list(ray_engine.map_batches(_batches(12), BatchFn.of(partial(_fail_on, "r7"))))
+
+
+def test_engine_choices_and_config_errors():
+    assert make_engine("local").name == "local" and make_engine("ray").name == "ray"
+    with pytest.raises(ValueError, match="--engine must be 'local' or 'ray'"):
+        make_engine("spark")
+    with pytest.raises(ValueError, match="--ray-workers"):
+        RayConfig(workers=0)
+    assert list(RayEngine().map_batches([], BatchFn.of(_double))) == []  # nothing to do: Ray is not started

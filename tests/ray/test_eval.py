@@ -1,0 +1,61 @@
+"""Benchmarks on Ray Data equal the same benchmarks in this process: predictions byte for byte, metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripts.cli import main
+from tests.eval.fixtures import write_mmrb, write_vlrb_jsonl
+from tests.support.openai_server import serve
+
+RAY = ["--engine", "ray", "--ray-workers", "2"]
+
+
+def _eval(benchmark, data, out, *extra):
+    return main(["eval", benchmark, "--data", str(data), "--out", str(out), "--quiet", "--batch-size", "3", *extra])
+
+
+def _same_run(local, remote, *files):
+    for name in ("predictions.jsonl", *files):
+        assert (local / name).read_bytes() == (remote / name).read_bytes(), name
+    assert json.loads((local / "metrics.json").read_text()) == json.loads((remote / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "mode"),
+    [("vl-rewardbench", ["--mode", "mc"]), ("vl-rewardbench", ["--mode", "official", "--k", "3"])],
+)
+def test_vl_rewardbench_on_ray_equals_local(ray_local, parrot_dir, tmp_path, benchmark, mode):
+    data = write_vlrb_jsonl(tmp_path)
+    args = ["--model", str(parrot_dir), "--max-new-tokens", "40", *mode]
+    assert _eval(benchmark, data, tmp_path / "local", *args) == 0
+    # The first batch judged earlier (a stopped run): the Ray run judges the rest. (The batches must be
+    # the local run's, since a batch's padding moves the last bits of the option probabilities.)
+    rows = (tmp_path / "local" / "predictions.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "predictions.jsonl.partial").write_text("".join(rows[:3]))
+    assert _eval(benchmark, data, tmp_path / "ray", *args, *RAY) == 0
+    _same_run(tmp_path / "local", tmp_path / "ray")
+
+
+def test_multimodal_rewardbench_on_ray_equals_local(ray_local, parrot_dir, tmp_path):
+    data = write_mmrb(tmp_path)
+    args = ["--model", str(parrot_dir), "--max-new-tokens", "40"]
+    assert _eval("multimodal-rewardbench", data, tmp_path / "local", *args) == 0
+    assert _eval("multimodal-rewardbench", data, tmp_path / "ray", *args, *RAY) == 0
+    _same_run(tmp_path / "local", tmp_path / "ray")
+
+
+def test_mm_vet_best_of_n_with_sampled_candidates_on_ray_equals_local(ray_local, parrot_dir, tmp_path):
+    from tests.eval.test_mmvet import _write_dataset
+    from tests.support.grader_server import make_grader_app
+
+    data = _write_dataset(tmp_path)
+    args = ["--model", str(parrot_dir), "--policy", str(parrot_dir), "--n", "2", "--policy-max-new-tokens", "12"]
+    args += ["--max-new-tokens", "40"]
+    with serve(make_grader_app()) as grader:
+        assert _eval("mm-vet", data, tmp_path / "local", *args, "--grader-url", grader) == 0
+        assert _eval("mm-vet", data, tmp_path / "ray", *args, "--grader-url", grader, *RAY) == 0
+    _same_run(tmp_path / "local", tmp_path / "ray", "candidates.jsonl", "candidates_0.json", "candidates_1.json")
