@@ -59,11 +59,11 @@ from eval.common import (
     write_json_atomic,
     write_text_atomic,
 )
-from eval.workers import JudgeSpec, select_work
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.backends.spec import ModelSpec
 from judge.engine import BatchFn, Engine
 from judge.images import load_image
+from judge.jobs import JudgeSpec, select_work
 from judge.jsonl import InputError, ResumableJsonlWriter, read_complete_rows
 from judge.judging import Judge
 from judge.prompt import MAX_CANDIDATES

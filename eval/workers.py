@@ -8,31 +8,14 @@ local engine the spec is built once, in this process, exactly as a loaded judge 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from judge.backends.spec import ModelSpec
 from judge.engine import BatchFn
-from judge.judging import Judge, JudgeConfig
+from judge.jobs import JudgeSpec, select_work
 
 __all__ = ["JudgeSpec", "mc_work", "official_work", "select_work"]
-
-
-@dataclass
-class JudgeSpec:
-    """A judge named, not loaded: the model and the judging settings."""
-
-    model: ModelSpec
-    config: JudgeConfig = field(default_factory=JudgeConfig)
-
-    def build(self) -> Judge:
-        """The judge over this spec's backend (the backend is loaded once per process and reused)."""
-        return Judge(self.model.build(), self.config)
-
-    @property
-    def name(self) -> str:
-        return self.model.model
 
 
 def _mc_predictor(spec: JudgeSpec) -> Callable[[Sequence[Any]], list[dict[str, Any]]]:
@@ -53,14 +36,3 @@ def _official_predictor(predict: Callable[..., Any], spec: ModelSpec, config: An
 def official_work(predict: Callable[..., Any], spec: ModelSpec, config: Any) -> BatchFn:
     """A benchmark's official protocol (`predict(backend, items, config=…)`) on a backend built where it runs."""
     return BatchFn(partial(_official_predictor, predict, spec, config), uses_model=True, name="official")
-
-
-def _selector(spec: JudgeSpec) -> Callable[[Sequence[Any]], Any]:
-    return spec.build().select
-
-
-def select_work(judge: Judge | JudgeSpec) -> BatchFn:
-    """MC items → verdicts: a loaded judge runs here; a spec is built where the batches run."""
-    if isinstance(judge, JudgeSpec):
-        return BatchFn(partial(_selector, judge), uses_model=True, name="select")
-    return BatchFn.of(judge.select, "select")

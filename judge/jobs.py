@@ -1,21 +1,53 @@
 """Judge a JSONL file of MC items into a JSONL file of verdicts: validated, resumable, atomic.
 
 This is what `mrjudge judge` runs; it lives in the library so that evaluation and synthesis jobs reuse
-the same resume and summary logic.
+the same resume and summary logic. A job takes a loaded `Judge`, or a `JudgeSpec` (the judge named, not
+loaded) to run on an engine that builds it where the batches run: one judge per Ray actor.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
+from judge.backends.spec import ModelSpec
+from judge.engine import BatchFn, Engine, LocalEngine
 from judge.jsonl import ResumableJsonlWriter, read_jsonl, read_records
-from judge.judging import Judge
+from judge.judging import Judge, JudgeConfig
 from judge.types import DataError, MCItem, Verdict
 
-__all__ = ["JudgeRunSummary", "judge_file", "load_items", "summarize"]
+__all__ = ["JudgeRunSummary", "JudgeSpec", "judge_file", "load_items", "select_work", "summarize"]
+
+
+@dataclass
+class JudgeSpec:
+    """A judge named, not loaded: the model, the judging settings and where relative image paths start."""
+
+    model: ModelSpec
+    config: JudgeConfig = field(default_factory=JudgeConfig)
+    image_root: str | Path | None = None
+
+    def build(self) -> Judge:
+        """The judge over this spec's backend (the backend loads once per process and is reused)."""
+        return Judge(self.model.build(), self.config, image_root=self.image_root)
+
+    @property
+    def name(self) -> str:
+        return self.model.model
+
+
+def _selector(spec: JudgeSpec) -> Callable[[Sequence[MCItem]], list[Verdict]]:
+    return spec.build().select
+
+
+def select_work(judge: Judge | JudgeSpec) -> BatchFn:
+    """MC items → verdicts: a loaded judge runs here; a spec is built where the batches run."""
+    if isinstance(judge, JudgeSpec):
+        return BatchFn(partial(_selector, judge), uses_model=True, name="select")
+    return BatchFn.of(judge.select, "select")
 
 
 @dataclass
@@ -76,21 +108,23 @@ def summarize(
 
 
 def judge_file(
-    judge: Judge,
+    judge: Judge | JudgeSpec,
     items: Sequence[MCItem],
     output: str | Path,
     *,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    engine: Engine | None = None,
 ) -> tuple[list[Verdict], JudgeRunSummary]:
     """Judge the items whose ids are not yet in `output`, appending as batches finish.
 
     Args:
-        judge: the configured judge.
+        judge: the configured judge, or a `JudgeSpec` to build it where the batches run.
         items: validated items (see `load_items`).
         output: verdict JSONL; finished ids in it (or in its `.partial` file) are skipped.
         on_start: called once with the number of items left to judge.
         on_progress: called with the number of items finished after each batch.
+        engine: where the batches run (default: this process; a Ray engine needs a `JudgeSpec`).
 
     Returns:
         All verdicts for `items` (earlier runs' included), in the items' order, and a summary.
@@ -101,11 +135,11 @@ def judge_file(
             on_start(len(todo))
         start = time.perf_counter()
         size = judge.config.batch_size
-        for offset in range(0, len(todo), size):
-            chunk = todo[offset : offset + size]
-            writer.write(v.to_dict() for v in judge.select(chunk))
+        batches = [todo[offset : offset + size] for offset in range(0, len(todo), size)]
+        for index, verdicts in (engine or LocalEngine()).map_batches(batches, select_work(judge)):
+            writer.write(v.to_dict() for v in verdicts)
             if on_progress:
-                on_progress(len(chunk))
+                on_progress(len(batches[index]))
         wall_s = time.perf_counter() - start
         path = writer.finish(order=[item.id for item in items])
     wanted = {item.id for item in items}

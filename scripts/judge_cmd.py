@@ -2,6 +2,7 @@
 
     mrjudge judge --model runs/tiny-judge --input items.jsonl --output verdicts.jsonl
     mrjudge judge --model http://127.0.0.1:8000/v1 --input items.jsonl --output verdicts.jsonl --orders 2
+    mrjudge judge --model runs/judge --backend vllm --input items.jsonl --output v.jsonl --engine ray --ray-address auto
 
 Every input line is validated before any model is loaded; re-running with the same `--output` skips the
 ids already judged.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.jobs import JudgeRunSummary
+from scripts.engine_flags import add_engine_flags, engine_from
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -46,6 +48,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="seeds display orders, sampling and tie-breaks (default 0)")
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
+    add_engine_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -79,12 +82,16 @@ def print_summary(summary: JudgeRunSummary, output: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from judge.backends import make_backend
-    from judge.jobs import judge_file, load_items
+    from judge.backends.spec import ModelSpec
+    from judge.jobs import JudgeSpec, judge_file, load_items
     from judge.jsonl import InputError
-    from judge.judging import Judge
 
     config = judge_config_from(args)
+    try:
+        engine = engine_from(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not args.input.is_file():
         print(f"error: --input {args.input} does not exist", file=sys.stderr)
         return 2
@@ -98,12 +105,14 @@ def run(args: argparse.Namespace) -> int:
         backend_kwargs["device"] = args.device
     if args.api_key:
         backend_kwargs["api_key"] = args.api_key
-    try:
-        backend = make_backend(args.model, args.backend, **backend_kwargs)
-    except (ImportError, OSError, ValueError) as exc:
-        print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
-        return 2
-    judge = Judge(backend, config, image_root=args.input.parent)
+    spec = ModelSpec(args.model, args.backend, backend_kwargs)
+    if engine.name == "local":  # on Ray the actors load it; here a bad --model fails before any work
+        try:
+            spec.build()
+        except (ImportError, OSError, ValueError) as exc:
+            print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
+            return 2
+    judge = JudgeSpec(spec, config, image_root=args.input.parent)
 
     columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, transient=False) as progress:
@@ -114,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             args.output,
             on_start=lambda n: progress.update(task, total=n),
             on_progress=lambda n: progress.advance(task, n),
+            engine=engine,
         )
     print_summary(summary, args.output)
     return 0

@@ -59,3 +59,14 @@ def test_mm_vet_best_of_n_with_sampled_candidates_on_ray_equals_local(ray_local,
         assert _eval("mm-vet", data, tmp_path / "local", *args, "--grader-url", grader) == 0
         assert _eval("mm-vet", data, tmp_path / "ray", *args, "--grader-url", grader, *RAY) == 0
     _same_run(tmp_path / "local", tmp_path / "ray", "candidates.jsonl", "candidates_0.json", "candidates_1.json")
+
+
+def test_judge_command_on_ray_equals_local(ray_local, parrot_dir, tmp_path):
+    from tests.scripts.test_cli import _write_items
+
+    items, _ = _write_items(tmp_path, n=7)
+    args = ["judge", "--model", str(parrot_dir), "--input", str(items), "--max-new-tokens", "40", "--batch-size", "2"]
+    assert main([*args, "--output", str(tmp_path / "local.jsonl")]) == 0
+    assert main([*args, "--output", str(tmp_path / "ray.jsonl"), *RAY]) == 0
+    assert (tmp_path / "local.jsonl").read_bytes() == (tmp_path / "ray.jsonl").read_bytes()
+    assert len((tmp_path / "ray.jsonl").read_text().splitlines()) == 7
