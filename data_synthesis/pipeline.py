@@ -197,7 +197,7 @@ def run_distill(
     rows, summary = run_stage(
         "distilled",
         items,
-        BatchFn(partial(_distiller, reason, rewrite), uses_model="model" in (reasoner, rewriter), name="distilled"),
+        _distill_work(reason, rewrite),
         out_dir,
         shard=shard,
         batch_size=batch_size,
@@ -216,7 +216,7 @@ def _build_on_model(cls: Any, spec: ModelSpec, options: dict[str, Any]) -> Any:
 
 def _on_model(cls: Any, spec: ModelSpec, **options: Any) -> BatchFn:
     """A stage class over a model, built where the batches run (one backend per worker)."""
-    return BatchFn(partial(_build_on_model, cls, spec, options), uses_model=True, name=cls.__name__)
+    return BatchFn.on_models(partial(_build_on_model, cls, spec, options), spec, name=cls.__name__)
 
 
 def _distiller(reason: tuple[str, str, ModelSpec | None], rewrite: tuple[str, ModelSpec | None]) -> Any:
@@ -227,6 +227,14 @@ def _distiller(reason: tuple[str, str, ModelSpec | None], rewrite: tuple[str, Mo
     reasoning = SceneReasoner(style) if reasoner == "scene" else ModelReasoner(reasoner_spec.build())
     rewriting = RuleRewriter() if rewriter == "rules" else ModelRewriter(rewriter_spec.build())
     return Distiller(reasoning, rewriting)
+
+
+def _distill_work(reason: tuple[str, str, ModelSpec | None], rewrite: tuple[str, ModelSpec | None]) -> BatchFn:
+    build = partial(_distiller, reason, rewrite)
+    if "model" not in (reason[0], rewrite[0]):
+        return BatchFn(build, name="distilled")
+    specs = [reason[2] if reason[0] == "model" else None, rewrite[1] if rewrite[0] == "model" else None]
+    return BatchFn.on_models(build, *specs, name="distilled")
 
 
 def write_sft_examples(

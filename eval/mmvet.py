@@ -378,7 +378,7 @@ def generate_candidates(
 
     sampling = dict(n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
     if isinstance(backend, ModelSpec):
-        predict = BatchFn(partial(_candidate_sampler, backend, sampling), uses_model=True, name="sampling")
+        predict = BatchFn.on_models(partial(_candidate_sampler, backend, sampling), backend, name="sampling")
     else:
         predict = BatchFn.of(partial(_sample_candidates, backend, **sampling), "sampling")
     if cache_path is not None:

@@ -26,7 +26,7 @@ def _mc_predictor(spec: JudgeSpec) -> Callable[[Sequence[Any]], list[dict[str, A
 
 def mc_work(spec: JudgeSpec) -> BatchFn:
     """Pairwise items → `mc_predict` rows, with the MC judge built where the batches run."""
-    return BatchFn(partial(_mc_predictor, spec), uses_model=True, name="mc")
+    return BatchFn.on_models(partial(_mc_predictor, spec), spec.model, name="mc")
 
 
 def _official_predictor(predict: Callable[..., Any], spec: ModelSpec, config: Any) -> Callable[[Sequence[Any]], Any]:
@@ -35,4 +35,4 @@ def _official_predictor(predict: Callable[..., Any], spec: ModelSpec, config: An
 
 def official_work(predict: Callable[..., Any], spec: ModelSpec, config: Any) -> BatchFn:
     """A benchmark's official protocol (`predict(backend, items, config=…)`) on a backend built where it runs."""
-    return BatchFn(partial(_official_predictor, predict, spec, config), uses_model=True, name="official")
+    return BatchFn.on_models(partial(_official_predictor, predict, spec, config), spec, name="official")

@@ -51,11 +51,19 @@ class BatchFn:
     uses_model: bool = False
     """Model work runs in an actor pool (one model per actor); the rest in stateless tasks."""
     name: str = "batch"
+    local_model: bool = True
+    """False when the model sits behind an HTTP endpoint: its actors are clients and take no GPU."""
 
     @classmethod
     def of(cls, fn: BatchFn | Callable[[Batch], Batch], name: str = "batch") -> BatchFn:
         """`fn` itself if it is a `BatchFn`; otherwise a CPU `BatchFn` around the ready-made function."""
         return fn if isinstance(fn, BatchFn) else cls(build=_Fixed(fn), name=name)
+
+    @classmethod
+    def on_models(cls, build: Callable[[], Callable[[Batch], Batch]], *specs: Any, name: str = "batch") -> BatchFn:
+        """Model work over `specs` (`ModelSpec`s, None for a part without a model), built once per actor."""
+        backends = [spec.backend_name for spec in specs if spec is not None]
+        return cls(build, uses_model=True, name=name, local_model=any(b != "openai" for b in backends))
 
 
 class Engine(Protocol):
@@ -157,7 +165,7 @@ class RayEngine:
         resources = ray.cluster_resources()
         gpus = self.config.num_gpus_per_worker
         if gpus is None:
-            gpus = 1.0 if fn.uses_model and resources.get("GPU", 0) >= 1 else 0.0
+            gpus = 1.0 if fn.uses_model and fn.local_model and resources.get("GPU", 0) >= 1 else 0.0
         if self.config.workers is not None:
             return self.config.workers, gpus
         if gpus > 0:

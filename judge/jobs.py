@@ -46,7 +46,7 @@ def _selector(spec: JudgeSpec) -> Callable[[Sequence[MCItem]], list[Verdict]]:
 def select_work(judge: Judge | JudgeSpec) -> BatchFn:
     """MC items → verdicts: a loaded judge runs here; a spec is built where the batches run."""
     if isinstance(judge, JudgeSpec):
-        return BatchFn(partial(_selector, judge), uses_model=True, name="select")
+        return BatchFn.on_models(partial(_selector, judge), judge.model, name="select")
     return BatchFn.of(judge.select, "select")
 
 

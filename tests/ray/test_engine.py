@@ -67,3 +67,29 @@ def test_engine_choices_and_config_errors():
     with pytest.raises(ValueError, match="--ray-workers"):
         RayConfig(workers=0)
     assert list(RayEngine().map_batches([], BatchFn.of(_double))) == []  # nothing to do: Ray is not started
+
+
+class _Cluster:
+    """What `_width` reads of a cluster: its resources (a GPU cluster cannot exist here)."""
+
+    def __init__(self, resources: dict[str, float]) -> None:
+        self.resources = resources
+
+    def cluster_resources(self) -> dict[str, float]:
+        return self.resources
+
+
+def test_pool_width_follows_the_cluster_and_the_model():
+    from judge.backends.spec import ModelSpec
+
+    gpus, cpus = _Cluster({"CPU": 64, "GPU": 8}), _Cluster({"CPU": 2})
+    engine_model = BatchFn.on_models(_Loaded, ModelSpec("runs/judge", "vllm"))
+    http_client = BatchFn.on_models(_Loaded, ModelSpec("http://127.0.0.1:8000/v1"))
+    cpu_work = BatchFn.of(_double)
+    engine = RayEngine()
+    assert engine._width(gpus, engine_model) == (8, 1.0)  # one engine per GPU
+    assert engine._width(gpus, http_client) == (64, 0.0)  # clients of a server take no GPU
+    assert engine._width(gpus, cpu_work) == (64, 0.0)
+    assert engine._width(cpus, engine_model) == (2, 0.0)  # the transformers backend on CPU
+    assert RayEngine(RayConfig(num_gpus_per_worker=2))._width(gpus, engine_model) == (4, 2)
+    assert RayEngine(RayConfig(workers=3, num_gpus_per_worker=0.5))._width(gpus, engine_model) == (3, 0.5)
