@@ -28,7 +28,16 @@ from typing import Any
 from data_synthesis.records import group_of
 from judge.prompt import PromptConfig, build_messages, option_letters
 
-__all__ = ["AssembleConfig", "assemble_items", "letter_histogram", "split_of", "to_sft_example"]
+__all__ = [
+    "AssembleConfig",
+    "assemble_items",
+    "build_items",
+    "letter_histogram",
+    "plan_labels",
+    "split_of",
+    "summarize_items",
+    "to_sft_example",
+]
 
 Row = dict[str, Any]
 
@@ -60,33 +69,44 @@ def split_of(record_id: str, config: AssembleConfig) -> str:
     )
 
 
-def assemble_items(rows: list[Row], config: AssembleConfig) -> tuple[list[Row], dict[str, Any]]:
-    """MC items for every row with negatives, and the assembly summary (counts, letter histogram)."""
-    drafts: list[tuple[Row, list[dict[str, str]]]] = []
-    skipped = Counter()
-    for row in rows:
-        negatives = row.get("negatives") or []
-        most = min(config.max_options, len(negatives) + 1)
-        if most < config.min_options:
+def _option_draw(row: Row, config: AssembleConfig) -> tuple[int, random.Random] | None:
+    """How many options the row's item gets, and the generator that then draws its negatives (both seeded
+    by the row id); None when the row has too few negatives."""
+    most = min(config.max_options, len(row.get("negatives") or []) + 1)
+    if most < config.min_options:
+        return None
+    rng = random.Random(_hash(config.seed, "options", row["id"]))
+    return rng.randint(config.min_options, most), rng
+
+
+def plan_labels(rows: list[Row], config: AssembleConfig) -> tuple[list[tuple[int, int] | None], Counter]:
+    """The global step: `(options, label position)` for each row, None for a row with too few negatives.
+
+    Within each (split, number of options) group, items are ordered by a seeded hash and the label
+    position cycles A, B, C, …; this needs every row's id, so it runs once, where all rows are.
+    """
+    skipped: Counter = Counter()
+    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for index, row in enumerate(rows):
+        draw = _option_draw(row, config)
+        if draw is None:
             skipped["too_few_negatives"] += 1
             continue
-        rng = random.Random(_hash(config.seed, "options", row["id"]))
-        k = rng.randint(config.min_options, most)
-        drafts.append((row, rng.sample(negatives, k - 1)))
-
-    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for index, (row, chosen) in enumerate(drafts):
-        groups[(split_of(row["id"], config), len(chosen) + 1)].append(index)
-    label_of: dict[int, int] = {}
+        groups[(split_of(row["id"], config), draw[0])].append(index)
+    plan: list[tuple[int, int] | None] = [None] * len(rows)
     for (_, k), members in groups.items():
-        members.sort(key=lambda i: _hash(config.seed, "label", drafts[i][0]["id"]))
+        members.sort(key=lambda i: _hash(config.seed, "label", rows[i]["id"]))
         for rank, i in enumerate(members):
-            label_of[i] = rank % k
+            plan[i] = (k, rank % k)
+    return plan, skipped
 
+
+def build_items(planned: list[tuple[Row, tuple[int, int]]], config: AssembleConfig) -> list[Row]:
+    """The per-row step: each planned row's MC item (its negatives drawn and shuffled, seeded by its id)."""
     items = []
-    for index, (row, chosen) in enumerate(drafts):
-        label = label_of[index]
-        shuffled = list(chosen)
+    for row, (k, label) in planned:
+        _, rng = _option_draw(row, config)
+        shuffled = list(rng.sample(row["negatives"], k - 1))
         random.Random(_hash(config.seed, "order", row["id"])).shuffle(shuffled)
         shuffled.insert(label, {"text": row["answer"], "flaw": None})
         meta = {
@@ -108,14 +128,24 @@ def assemble_items(rows: list[Row], config: AssembleConfig) -> tuple[list[Row], 
                 "meta": meta,
             }
         )
-    summary = {
+    return items
+
+
+def summarize_items(items: list[Row], skipped: Counter) -> dict[str, Any]:
+    return {
         "items": len(items),
         "skipped": dict(skipped),
         "splits": dict(Counter(item["meta"]["split"] for item in items)),
         "options_histogram": {str(k): n for k, n in sorted(Counter(len(i["candidates"]) for i in items).items())},
         "letter_histogram": letter_histogram(items),
     }
-    return items, summary
+
+
+def assemble_items(rows: list[Row], config: AssembleConfig) -> tuple[list[Row], dict[str, Any]]:
+    """MC items for every row with negatives, and the assembly summary (counts, letter histogram)."""
+    plan, skipped = plan_labels(rows, config)
+    items = build_items([(row, p) for row, p in zip(rows, plan) if p is not None], config)
+    return items, summarize_items(items, skipped)
 
 
 def letter_histogram(items: list[Row]) -> dict[str, dict[str, dict[str, int]]]:

@@ -15,7 +15,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.assemble import AssembleConfig, assemble_items, to_sft_example
+from data_synthesis.assemble import (
+    AssembleConfig,
+    assemble_items,
+    build_items,
+    plan_labels,
+    summarize_items,
+    to_sft_example,
+)
 from data_synthesis.stages import WHOLE, Shard, read_stage, run_stage, write_json_atomic
 from judge.backends.spec import ModelSpec
 from judge.engine import BatchFn, Engine
@@ -146,11 +153,30 @@ def run_describe(
 
 
 def run_assemble(
-    input_dir: str | Path, out_dir: str | Path, config: AssembleConfig | None = None
+    input_dir: str | Path,
+    out_dir: str | Path,
+    config: AssembleConfig | None = None,
+    *,
+    engine: Engine | None = None,
+    batch_size: int = 256,
 ) -> tuple[list[Row], dict[str, Any]]:
-    """Global (not sharded): letter balancing needs every item. Writes items.jsonl and rl/{train,val}.jsonl."""
+    """Writes items.jsonl and rl/{train,val}.jsonl; not sharded: letter balancing needs every item.
+
+    The balancing plan (options and label position per row) is made here, over every row's id; the items
+    themselves are built per row, in batches on `engine` (this process, or Ray tasks).
+    """
+    config = config or AssembleConfig()
     out_dir = Path(out_dir)
-    items, summary = assemble_items(load_rows(input_dir, "described", out_dir), config or AssembleConfig())
+    rows = load_rows(input_dir, "described", out_dir)
+    if engine is None or engine.name == "local":
+        items, summary = assemble_items(rows, config)
+    else:
+        plan, skipped = plan_labels(rows, config)
+        planned = [(row, p) for row, p in zip(rows, plan) if p is not None]
+        batches = [planned[i : i + batch_size] for i in range(0, len(planned), batch_size)]
+        built = dict(engine.map_batches(batches, BatchFn.of(partial(build_items, config=config), "assemble")))
+        items = [item for index in range(len(batches)) for item in built[index]]
+        summary = summarize_items(items, skipped)
     write_jsonl_atomic(out_dir / "items.jsonl", items)
     for split in ("train", "val"):
         write_jsonl_atomic(
@@ -340,7 +366,8 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         **common,
     )[1]
     summaries["described"] = run_describe(out, out, describer=config.describer, model=mllm, **common)[1]
-    summaries["items"] = run_assemble(out, out, AssembleConfig(**{"seed": config.seed, **config.assemble}))[1]
+    assembly = AssembleConfig(**{"seed": config.seed, **config.assemble})
+    summaries["items"] = run_assemble(out, out, assembly, engine=common["engine"])[1]
     summaries["distilled"] = run_distill(
         out,
         out,

@@ -100,6 +100,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--max-options", type=int, default=4)
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    add_engine_flags(p)
     p.set_defaults(run=run_assemble)
 
     p = stages.add_parser(
@@ -213,7 +214,7 @@ def run_assemble(args: argparse.Namespace) -> int:
     config = AssembleConfig(
         min_options=args.min_options, max_options=args.max_options, val_fraction=args.val_fraction, seed=args.seed
     )
-    return _print(run(args.input, args.out, config)[1])
+    return _print(run(args.input, args.out, config, engine=engine_from(args))[1])
 
 
 @_guard
