@@ -379,6 +379,10 @@ def generate_candidates(
     sampling = dict(n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
     if isinstance(backend, ModelSpec):
         predict = BatchFn.on_models(partial(_candidate_sampler, backend, sampling), backend, name="sampling")
+    elif engine is not None and engine.name != "local":
+        raise ValueError(
+            f"a loaded backend samples only on the local engine; give the {engine.name} engine a ModelSpec"
+        )
     else:
         predict = BatchFn.of(partial(_sample_candidates, backend, **sampling), "sampling")
     if cache_path is not None:
@@ -767,7 +771,7 @@ def run_mmvet(
         rows = resumable_predictions(
             predictions,
             items,
-            select_work(judge),
+            select_work(judge, engine),
             batch_size=batch_size,
             description="MM-Vet best-of-N",
             show_progress=show_progress,

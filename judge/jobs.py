@@ -43,10 +43,16 @@ def _selector(spec: JudgeSpec) -> Callable[[Sequence[MCItem]], list[Verdict]]:
     return spec.build().select
 
 
-def select_work(judge: Judge | JudgeSpec) -> BatchFn:
-    """MC items → verdicts: a loaded judge runs here; a spec is built where the batches run."""
+def select_work(judge: Judge | JudgeSpec, engine: Engine | None = None) -> BatchFn:
+    """MC items → verdicts: a loaded judge runs here; a spec is built where the batches run.
+
+    A loaded judge cannot go to another engine (its model would be pickled into every task): pass a
+    `JudgeSpec` there instead.
+    """
     if isinstance(judge, JudgeSpec):
         return BatchFn.on_models(partial(_selector, judge), judge.model, name="select")
+    if engine is not None and engine.name != "local":
+        raise ValueError(f"a loaded Judge runs only on the local engine; give the {engine.name} engine a JudgeSpec")
     return BatchFn.of(judge.select, "select")
 
 
@@ -136,7 +142,7 @@ def judge_file(
         start = time.perf_counter()
         size = judge.config.batch_size
         batches = [todo[offset : offset + size] for offset in range(0, len(todo), size)]
-        for index, verdicts in (engine or LocalEngine()).map_batches(batches, select_work(judge)):
+        for index, verdicts in (engine or LocalEngine()).map_batches(batches, select_work(judge, engine)):
             writer.write(v.to_dict() for v in verdicts)
             if on_progress:
                 on_progress(len(batches[index]))

@@ -196,7 +196,7 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
             engine=engine,
         )
     else:
-        backend = loaded(judge_model_spec(args), engine)
+        model = loaded(judge_model_spec(args), engine)
         overrides = {"seed": args.seed}
         if args.temperature is not None:
             overrides["temperature"] = args.temperature
@@ -213,7 +213,7 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
             spec,
             items,
             args.out,
-            official_work(bench.official_predict, backend, config),
+            official_work(bench.official_predict, model, config),
             batch_size=args.batch_size,
             judge_name=args.model,
             protocol=bench.protocol("official", config),

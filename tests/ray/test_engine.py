@@ -93,3 +93,17 @@ def test_pool_width_follows_the_cluster_and_the_model():
     assert engine._width(cpus, engine_model) == (2, 0.0)  # the transformers backend on CPU
     assert RayEngine(RayConfig(num_gpus_per_worker=2))._width(gpus, engine_model) == (4, 2)
     assert RayEngine(RayConfig(workers=3, num_gpus_per_worker=0.5))._width(gpus, engine_model) == (3, 0.5)
+
+
+def test_loaded_models_stay_on_the_local_engine(tmp_path):
+    from eval.mmvet import generate_candidates
+    from judge.jobs import judge_file, select_work
+    from judge.judging import Judge
+
+    ray = RayEngine()
+    judge = Judge(backend=object())
+    with pytest.raises(ValueError, match="give the ray engine a JudgeSpec"):
+        judge_file(judge, [], tmp_path / "v.jsonl", engine=ray)
+    assert select_work(judge, LocalEngine()).uses_model is False
+    with pytest.raises(ValueError, match="give the ray engine a ModelSpec"):
+        generate_candidates(object(), [], 2, cache_path=tmp_path / "c.jsonl", engine=ray)
