@@ -578,7 +578,32 @@ def _restated(tokens: list[str]) -> str:
     return " ".join(t.lower() for t in tokens if t.lower() not in _FILLER)
 
 
-REASONER_STYLES = ("diff", "restate", "contrast")
+REASONER_STYLES = ("diff", "restate", "contrast", "pairs")
+
+
+def _facts(tokens: list[str]) -> list[str]:
+    return [t for t in _restated(tokens).split() if t != "there"]
+
+
+def _pairs(letter: str, truth: list[str], option: list[str]) -> str:
+    """Each of an option's facts beside the image's fact in the same slot, with a verdict per slot.
+
+    "A: triangle-square no; bottom-bottom yes; red-red yes; so no." Every yes/no compares the two tokens
+    just written, each copied from where the one before it was copied (the option text, the image line),
+    so no step of the trace needs more than a copy and a local comparison.
+    """
+    facts, said = _facts(truth), _facts(option)
+    parts = []
+    matcher = difflib.SequenceMatcher(None, facts, said, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            parts += [f"{o}-{o} yes" for o in said[j1:j2]]
+        else:
+            seen, says = facts[i1:i2], said[j1:j2]
+            width = max(len(seen), len(says))
+            seen, says = seen + ["none"] * (width - len(seen)), says + ["none"] * (width - len(says))
+            parts += [f"{o}-{t} no" for o, t in zip(says, seen)]
+    return f"{letter}: {'; '.join(parts)}; so {'yes' if facts == said else 'no'}."
 
 
 def _contrast(letters: list[str], truth: list[str], tokens: list[list[str]], best: int) -> str:
@@ -637,7 +662,9 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     exact = [i for i, t in enumerate(tokens) if [x.lower() for x in t] == low]
     if style == "contrast" and exact:
         return f"<think>{_contrast(letters, truth, tokens, exact[0])}</think><answer>{letters[exact[0]]}</answer>"
-    if style == "restate":
+    if style == "pairs":
+        lines = [_pairs(letter, truth, t) for letter, t in zip(letters, tokens)]
+    elif style == "restate":
         facts = _restated(truth)
         lines = [
             f"{letter}: {_restated(t)}, {'yes' if _restated(t) == facts else 'no'}."
@@ -651,5 +678,8 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         ratios = [difflib.SequenceMatcher(None, low, [x.lower() for x in t], autojunk=False).ratio() for t in tokens]
         best = ratios.index(max(ratios))
         lines.append(f"None is right; {letters[best]} is closest.")
-    seen = _restated(truth) if style == "restate" else _seen(scene, task)
+    if style == "pairs":
+        seen = " ".join(_facts(truth))
+    else:
+        seen = _restated(truth) if style == "restate" else _seen(scene, task)
     return f"<think>Image: {seen}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"

@@ -110,7 +110,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--reasoner", choices=("model", "scene"), default="scene")
     p.add_argument(
         "--reasoner-style",
-        choices=("diff", "restate", "contrast"),
+        choices=("diff", "restate", "contrast", "pairs"),
         default="diff",
         help="scene reasoner's trace layout",
     )

@@ -390,3 +390,15 @@ def test_contrast_style_decides_like_diff_style():
         contrast = scene_reasoner(item.scene, item.task, item.record.question, options, style="contrast")
         assert parse_choice(contrast, len(options)) == options.index(item.record.answer)
         assert "Image:" in contrast or " adds " in contrast or " leaves out " in contrast
+
+
+def test_pairs_style_puts_each_option_fact_beside_the_image_fact():
+    task = Task("attribute", {"shape": 0, "attribute": "colour"})
+    right = "The circle at the top left is red."
+    out = scene_reasoner(SHAPES, task, "", [right.replace("red", "blue"), right], style="pairs")
+    assert out == (
+        "<think>Image: circle top left red. A: circle-circle yes; top-top yes; left-left yes; blue-red no; so no. "
+        "B: circle-circle yes; top-top yes; left-left yes; red-red yes; so yes.</think><answer>B</answer>"
+    )
+    added = scene_reasoner(SHAPES, task, "", [right[:-1] + ", and red is cold.", right], style="pairs")
+    assert "red-none no; cold-none no; so no. B:" in added and added.endswith("<answer>B</answer>")
