@@ -54,8 +54,12 @@ def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {"items": data["items"], "kept_fraction": data["kept_fraction"]}
 
 
-def evaluate(model_dir: Path, items: list[Any], image_root: Path, batch_size: int) -> dict[str, Any]:
-    judge = recipe_judge(model_dir, image_root=image_root, batch_size=batch_size)
+TRACE_TOKENS = {"pairs": 256}
+"""Judge and GRPO generation budgets for trace layouts longer than the recipe's default 96 tokens."""
+
+
+def evaluate(model_dir: Path, items: list[Any], image_root: Path, batch_size: int, budget: int) -> dict[str, Any]:
+    judge = recipe_judge(model_dir, image_root=image_root, batch_size=batch_size, max_new_tokens=budget)
     verdicts = judge.select(items)
     per_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     calls = [0, 0]
@@ -120,8 +124,9 @@ def main() -> None:
     data = make_data(out, args)
     world = out / "data"
     heldout = heldout_pairs(world, args.heldout_n, args.seed)
+    budget = TRACE_TOKENS.get(args.reasoner_style, 96)  # generation budget: the longest trace fits
     base = build_tiny_model(out / "untrained", size=args.size, seed=args.seed)
-    untrained = evaluate(base, heldout, world, args.batch_size)
+    untrained = evaluate(base, heldout, world, args.batch_size, budget)
 
     history = {"sft": History(), "grpo": History()}
     sft = sft_config(
@@ -136,7 +141,7 @@ def main() -> None:
     sft_start = time.perf_counter()
     run_sft(sft, callbacks=[history["sft"].callback()])
     sft_s = time.perf_counter() - sft_start
-    after_sft = evaluate(out / "sft", heldout, world, args.batch_size)
+    after_sft = evaluate(out / "sft", heldout, world, args.batch_size, budget)
 
     grpo_start = time.perf_counter()
     if args.grpo_steps:
@@ -147,10 +152,11 @@ def main() -> None:
             steps=args.grpo_steps,
             batch_size=args.batch_size,
             learning_rate=args.grpo_lr,
+            max_completion_length=budget,
             seed=args.seed,
         )
         run_grpo(grpo, callbacks=[history["grpo"].callback()])
-        final = evaluate(out / "grpo", heldout, world, args.batch_size)
+        final = evaluate(out / "grpo", heldout, world, args.batch_size, budget)
     else:
         final = after_sft
     grpo_s = time.perf_counter() - grpo_start

@@ -61,7 +61,7 @@ from eval.common import (
 )
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.backends.spec import ModelSpec
-from judge.engine import BatchFn, Engine
+from judge.engine import BatchFn, Engine, LocalEngine
 from judge.images import load_image
 from judge.jobs import JudgeSpec, select_work
 from judge.jsonl import InputError, ResumableJsonlWriter, read_complete_rows
@@ -365,7 +365,7 @@ def generate_candidates(
         batch_size: questions per backend call (each makes `n` requests).
         cache_path: a JSONL file (e.g. `OUT/candidates.jsonl`) that makes sampling resumable.
         show_progress: draw a progress bar.
-        engine: where sampling runs (default: this process); needs `cache_path`.
+        engine: where sampling runs (default: this process).
 
     Returns:
         `{id: [answer, ...]}` in the order of `questions`.
@@ -395,15 +395,15 @@ def generate_candidates(
             show_progress=show_progress,
             engine=engine,
         )
-    elif engine is not None:
-        raise ValueError("generate_candidates with an engine needs cache_path (the engine's results go there)")
     else:
-        rows = []
+        batches = [questions[start : start + batch_size] for start in range(0, len(questions), batch_size)]
+        done: dict[int, list[dict[str, Any]]] = {}
         with progress_bar("sampling", enabled=show_progress) as (set_total, advance):
             set_total(len(questions))
-            for start in range(0, len(questions), batch_size):
-                rows += _sample_candidates(backend, questions[start : start + batch_size], **sampling)
-                advance(len(questions[start : start + batch_size]))
+            for index, outputs in (engine or LocalEngine()).map_batches(batches, predict):
+                done[index] = outputs
+                advance(len(batches[index]))
+        rows = [row for index in range(len(batches)) for row in done[index]]
     return {row["id"]: list(row["candidates"]) for row in rows}
 
 

@@ -164,7 +164,7 @@ def heldout_pairs(world: Path, n: int, seed: int) -> list[Any]:
 
 
 def recipe_judge(
-    model_dir: str | Path, *, image_root: str | Path | None, batch_size: int, max_new_tokens: int = 256
+    model_dir: str | Path, *, image_root: str | Path | None, batch_size: int, max_new_tokens: int = 96
 ) -> Any:
     """The recipe's judge on a CPU: both display orders, greedy, `COMPACT_PROMPT`, one backend call per batch."""
     from judge.backends.hf import TransformersBackend
@@ -224,7 +224,7 @@ def grpo_config(
     batch_size: int = 16,
     learning_rate: float = 5e-5,
     num_generations: int = 4,
-    max_completion_length: int = 256,
+    max_completion_length: int = 96,
     seed: int = 0,
     **overrides: Any,
 ) -> Any:

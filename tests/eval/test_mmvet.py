@@ -498,3 +498,15 @@ def test_candidate_files_must_align(tmp_path):
     }
     with pytest.raises(InputError, match="2 to 26 candidate files"):
         load_candidates(_write_candidates(tmp_path)[:1])
+
+
+def test_candidates_from_a_model_spec_equal_a_loaded_backend(tiny_vlm_dir, tmp_path):
+    from eval.mmvet import generate_candidates, load_mmvet
+    from judge.backends.spec import ModelSpec
+
+    questions = load_mmvet(_write_dataset(tmp_path))[:2]
+    spec = ModelSpec(str(tiny_vlm_dir), "hf", {"device": "cpu"})
+    settings = dict(temperature=0.7, max_new_tokens=4, seed=3, batch_size=1, show_progress=False)
+    by_spec = generate_candidates(spec, questions, 2, **settings)
+    assert by_spec == generate_candidates(spec.build(), questions, 2, **settings)
+    assert all(len(answers) == 2 for answers in by_spec.values())
