@@ -16,23 +16,18 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from scripts.vllm_local import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE = Path(sys.executable).parent / "accelerate"
 MAX_STEPS = 3
 BATCH = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _sft_args(tiny_vlm_dir: Path, synth_data: Path, out: Path) -> list[str]:
@@ -48,7 +43,7 @@ def _launches(layout: str, sft: list[str]) -> list[list[str]]:
     common = [str(ACCELERATE), "launch", "--multi_gpu", "--mixed_precision", "no", "--dynamo_backend", "no"]
     if layout == "one_machine":
         return [[*common, "--num_processes", "2", "--num_machines", "1", "--main_process_port", "0", *sft]]
-    port = str(_free_port())
+    port = str(free_port())
     return [
         [*common, "--num_machines", "2", "--num_processes", "2", "--machine_rank", str(rank),
          "--main_process_ip", "127.0.0.1", "--main_process_port", port, *sft]

@@ -617,8 +617,11 @@ def test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path):
     script.write_text(DDP_SCRIPT)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script), str(tiny_lm_dir),
-               str(tmp_path / "out")]  # fmt: skip
+    from scripts.vllm_local import free_port
+
+    # A port of its own: the default 29500 can still be held by an earlier distributed test's store.
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), str(script), str(tiny_lm_dir), str(tmp_path / "out")]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=root)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
