@@ -8,9 +8,13 @@ and after GRPO. Prints one JSON line; saves loss and reward curves as PNG beside
     python benchmarks/learning_curve.py --out runs/learning_curve
 
 The judge prompt is the compact one (`COMPACT_PROMPT`): the model is tiny and the CPU slow, so every
-prompt token costs steps; the recipe is otherwise the real one. Accuracy counts an item the judge could
-not decide (no parsable answer in either order) as a coin flip, 0.5, so an untrained judge that never
-answers scores chance; `heldout_accuracy_strict` counts it as wrong.
+prompt token costs steps; the recipe is otherwise the real one. `vision_sensitivity` in the JSON line says
+whether the judge's image features still depend on the picture (see `tiny_recipe.vision_sensitivity`);
+`--vision-warmup-steps N` runs the perception warm-up (`training.vision_warmup`) first and then freezes
+the vision tower, and `--describe-share` mixes image → description examples into the SFT data.
+
+Accuracy counts an item the judge could not decide (no parsable answer in either order) as a coin flip,
+0.5, so an untrained judge that never answers scores chance; `heldout_accuracy_strict` counts it as wrong.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from training.tiny_recipe import (
     plot_curves,
     recipe_judge,
     sft_config,
+    vision_sensitivity,
+    warmup_rows,
     write_kind_world,
 )
 
@@ -49,12 +55,13 @@ def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         max_options=args.max_options,
         val_fraction=args.val_fraction,
         reasoner_style=args.reasoner_style,
+        describe_share=args.describe_share,
         seed=args.seed,
     )
     return {"items": data["items"], "kept_fraction": data["kept_fraction"]}
 
 
-TRACE_TOKENS = {"pairs": 256}
+TRACE_TOKENS = {"pairs": 256, "scene": 128}
 """Judge and GRPO generation budgets for trace layouts longer than the recipe's default 96 tokens."""
 
 
@@ -99,7 +106,11 @@ def main() -> None:
     parser.add_argument(
         "--reasoner-style",
         default="diff",
-        help="scene reasoner layout: diff (default), restate, contrast (near 0.74) or pairs (0.775, consistency 0.83)",
+        help="scene reasoner layout: diff (default), restate, contrast (near 0.74), pairs (0.775, consistency 0.83) "
+        "or scene (the whole picture described first)",
+    )
+    parser.add_argument(
+        "--describe-share", type=float, default=0.0, help="share of SFT examples that ask for the image's description"
     )
     parser.add_argument("--val-fraction", type=float, default=0.08)
     parser.add_argument("--heldout-n", type=int, default=200)
@@ -108,6 +119,18 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--grpo-steps", type=int, default=20)
     parser.add_argument("--grpo-lr", type=float, default=5e-5)
+    parser.add_argument(
+        "--vision-warmup-steps",
+        type=int,
+        default=0,
+        help="perception warm-up steps before SFT (training.vision_warmup, e.g. 200); 0: none (the default)",
+    )
+    parser.add_argument(
+        "--train-vision",
+        action="store_true",
+        help="train the vision tower in SFT and GRPO too (default: frozen after the warm-up, trained without one)",
+    )
+    parser.add_argument("--vision-lr", type=float, default=None, help="vision tower learning rate (default: --sft-lr)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -128,15 +151,31 @@ def main() -> None:
     base = build_tiny_model(out / "untrained", size=args.size, seed=args.seed)
     untrained = evaluate(base, heldout, world, args.batch_size, budget)
 
+    warmup: dict[str, Any] = {"steps": 0, "wall_s": 0.0}
+    start_model, freeze_vision = base, False
+    if args.vision_warmup_steps:
+        from training.vision_warmup import VisionWarmupConfig, warm_up_vision
+
+        warmup = warm_up_vision(
+            base,
+            warmup_rows(world),
+            image_root=world,
+            out_dir=out / "seeing",
+            config=VisionWarmupConfig(steps=args.vision_warmup_steps, seed=args.seed),
+        )
+        start_model, freeze_vision = out / "seeing", not args.train_vision
+
     history = {"sft": History(), "grpo": History()}
     sft = sft_config(
-        base,
+        start_model,
         world / "sft" / "train.jsonl",
         out / "sft",
         steps=args.sft_steps,
         batch_size=args.batch_size,
         learning_rate=args.sft_lr,
         seed=args.seed,
+        freeze_vision=freeze_vision,
+        vision_learning_rate=args.vision_lr,
     )
     sft_start = time.perf_counter()
     run_sft(sft, callbacks=[history["sft"].callback()])
@@ -154,6 +193,7 @@ def main() -> None:
             learning_rate=args.grpo_lr,
             max_completion_length=budget,
             seed=args.seed,
+            freeze_vision=freeze_vision,
         )
         run_grpo(grpo, callbacks=[history["grpo"].callback()])
         final = evaluate(out / "grpo", heldout, world, args.batch_size, budget)
@@ -177,12 +217,21 @@ def main() -> None:
         "per_kind": final["per_kind"],
         "call_accuracy": round(final["call_accuracy"], 4),
         "unparsed_calls": final["unparsed_calls"],
+        "vision_warmup_steps": warmup["steps"],
+        "vision_warmup_s": warmup["wall_s"],
+        "vision_frozen": freeze_vision,
         "sft_steps": args.sft_steps,
         "grpo_steps": args.grpo_steps,
         "sft_s": round(sft_s, 1),
         "grpo_s": round(grpo_s, 1),
         "train_items": data["items"],
         "wall_s": round(time.perf_counter() - start, 1),
+        # Relative change of the image features when one shape changes colour, kind or size: near 0 means
+        # the vision tower has collapsed to a constant and only text-visible flaws can be decided.
+        "vision_sensitivity": {
+            "untrained": vision_sensitivity(base, image_size=args.image_size),
+            "final": vision_sensitivity(out / ("grpo" if args.grpo_steps else "sft"), image_size=args.image_size),
+        },
         "curves": str(out / "learning_curve.png"),
     }
     print(json.dumps(result))

@@ -36,6 +36,7 @@ __all__ = [
     "plan_labels",
     "split_of",
     "summarize_items",
+    "to_description_example",
     "to_sft_example",
 ]
 
@@ -167,3 +168,15 @@ def to_sft_example(item: Row, completion: str, prompt: PromptConfig | None = Non
     messages = build_messages(item["question"], item["candidates"], n_images=len(images), config=prompt)
     messages.append({"role": "assistant", "content": [{"type": "text", "text": completion}]})
     return {"id": item["id"], "images": images, "messages": messages}
+
+
+def to_description_example(row: Row, instruction: str) -> Row:
+    """A TRL conversational VLM example that asks for the picture's description and answers with the
+    describe stage's text (`row["description"]`): dense supervision of what the judge must see."""
+    if not row.get("description") or row.get("image") is None:
+        raise ValueError(f"row {row.get('id')!r} needs an image and a description (run the describe stage first)")
+    messages = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": instruction}]},
+        {"role": "assistant", "content": [{"type": "text", "text": row["description"]}]},
+    ]
+    return {"id": f"{row['id']}/describe", "images": [row["image"]], "messages": messages}

@@ -21,8 +21,10 @@ from data_synthesis.assemble import (
     build_items,
     plan_labels,
     summarize_items,
+    to_description_example,
     to_sft_example,
 )
+from data_synthesis.prompts import DESCRIBE
 from data_synthesis.stages import WHOLE, Shard, read_stage, run_stage, write_json_atomic
 from judge.backends.spec import ModelSpec
 from judge.engine import BatchFn, Engine
@@ -264,9 +266,25 @@ def _distill_work(reason: tuple[str, str, ModelSpec | None], rewrite: tuple[str,
 
 
 def write_sft_examples(
-    items: list[Row], distilled: list[Row], out_dir: Path, prompt: PromptConfig | None = None
+    items: list[Row],
+    distilled: list[Row],
+    out_dir: Path,
+    prompt: PromptConfig | None = None,
+    *,
+    described: list[Row] | None = None,
+    describe_share: float = 0.0,
+    describe_instruction: str | None = None,
 ) -> dict[str, Any]:
-    """TRL conversational judge-SFT examples from the kept traces, by split, worded with `prompt`."""
+    """TRL conversational judge-SFT examples from the kept traces, by split, worded with `prompt`.
+
+    With `describe_share` > 0, that share of the training file is image → description examples made from
+    the training split's `described` rows (worded with `describe_instruction`, by default the describe
+    stage's own prompt), so a judge whose vision has never been trained also learns to see.
+    """
+    if not 0.0 <= describe_share < 1.0:
+        raise ValueError(f"describe_share ({describe_share}) must be in [0, 1)")
+    if describe_share and described is None:
+        raise ValueError("describe_share needs the describe stage's rows (described=...)")
     by_id = {item["id"]: item for item in items}
     counts = {}
     for split in ("train", "val"):
@@ -275,6 +293,15 @@ def write_sft_examples(
             for row in distilled
             if row["kept"] and by_id[row["id"]]["meta"]["split"] == split
         ]
+        if split == "train" and describe_share:
+            wanted = round(len(examples) * describe_share / (1.0 - describe_share))
+            rows = [r for r in described or [] if r["id"] in by_id and by_id[r["id"]]["meta"]["split"] == split]
+            instruction = describe_instruction or DESCRIBE.template
+            descriptions = [
+                to_description_example(_rebased_item(r, out_dir, out_dir / "sft"), instruction) for r in rows[:wanted]
+            ]
+            examples += descriptions
+            counts["sft_train_descriptions"] = len(descriptions)
         write_jsonl_atomic(out_dir / "sft" / f"{split}.jsonl", examples)
         counts[f"sft_{split}"] = len(examples)
     return counts
@@ -295,7 +322,7 @@ class SynthConfig:
     describer: str = "scene"
     reasoner: str = "scene"
     reasoner_style: str = "diff"
-    """The scene reasoner's trace layout: "diff" (sentences) or "restate" (facts per option)."""
+    """The scene reasoner's trace layout: one of `data_synthesis.world.REASONER_STYLES` (see `scene_reasoner`)."""
     rewriter: str = "rules"
     model: dict[str, Any] | None = None
     """ModelSpec fields for the MLLM stages (model negatives, model describer)."""

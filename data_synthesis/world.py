@@ -578,7 +578,7 @@ def _restated(tokens: list[str]) -> str:
     return " ".join(t.lower() for t in tokens if t.lower() not in _FILLER)
 
 
-REASONER_STYLES = ("diff", "restate", "contrast", "pairs")
+REASONER_STYLES = ("diff", "restate", "contrast", "pairs", "scene")
 
 
 def _facts(tokens: list[str]) -> list[str]:
@@ -651,7 +651,9 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     left red, yes.") — the same decision, laid out so that a tiny model can compare token by token;
     "contrast" compares the options with each other first and then checks only the disputed slot against
     the image ("A says square; B says triangle. Image: square. A is right."), falling back to "diff" when no
-    option is exactly right.
+    option is exactly right; "scene" describes the whole picture first, worded as the describe stage words
+    it ("Image: Shapes: a large red circle at the top left; …. Text: none."), then gives "diff" verdicts,
+    so a judge that also learns to describe pictures writes the same description inside its reasoning.
     """
     if style not in REASONER_STYLES:
         raise ValueError(f"style must be one of {REASONER_STYLES}, got {style!r}")
@@ -680,6 +682,8 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         lines.append(f"None is right; {letters[best]} is closest.")
     if style == "pairs":
         seen = " ".join(_facts(truth))
+    elif style == "scene":  # the whole picture, worded as the describe stage words it
+        seen = describe_scene(scene).split(" image. ", 1)[1].rstrip(".")
     else:
         seen = _restated(truth) if style == "restate" else _seen(scene, task)
     return f"<think>Image: {seen}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"

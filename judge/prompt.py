@@ -24,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "ANSWER_FORMAT",
+    "COMPACT_PROMPT",
     "DEFAULT_CRITERIA",
     "DEFAULT_INSTRUCTION",
     "MAX_CANDIDATES",
@@ -76,6 +77,15 @@ class PromptConfig:
     """Last paragraph: how to write the reasoning and the answer."""
     system: str | None = None
     """Optional system message; `None` keeps the model's default."""
+
+
+COMPACT_PROMPT = PromptConfig(
+    instruction="Which candidate answers the question about the image best?",
+    criteria=None,
+    answer_format="Check each candidate against the image in <think></think>, then answer <answer>X</answer>.",
+)
+"""A short judge prompt for tiny models on a CPU, where every prompt token costs training steps (the tiny
+recipe trains, judges and serves with it)."""
 
 
 def build_prompt_text(question: str, candidates: list[str], config: PromptConfig | None = None) -> str:

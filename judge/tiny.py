@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from judge.prompt import DEFAULT_CRITERIA, DEFAULT_INSTRUCTION, option_letters
+from judge.prompt import COMPACT_PROMPT, DEFAULT_CRITERIA, DEFAULT_INSTRUCTION, option_letters
 
 __all__ = ["QWEN_SPECIAL_TOKENS", "TinySize", "TINY_SIZES", "build_tiny_model", "build_tokenizer"]
 
@@ -88,16 +88,23 @@ class TinySize:
     vocab: int
     mrope_section: tuple[int, int, int]
     rope_theta: float = 1_000_000.0
-    """RoPE base (Qwen's). M-RoPE gives image rows and columns the *lowest* frequencies, which for a 32-wide
-    head at 1e6 turn by under 0.03 rad (rows) and 0.0002 rad (columns) per patch. A base of 10 makes them
-    visible, but did not help the learning benchmark (0.715 against 0.74 held-out, one seed each), so the
-    presets keep Qwen's value."""
+    """RoPE base (Qwen's). M-RoPE hands its frequency bands out in order: time, then image rows, then image
+    columns, so at Qwen's sections and base rows turn by under 0.03 rad and columns by under 0.0002 rad per
+    image token. Two changes meant to make positions visible were tried on the learning benchmark, one seed
+    each, and neither is kept: a base of 10 (0.715 against 0.74 held-out); and sections (1, 1, 14) at base
+    1e4 (rows 0.56 rad, columns 0.32 rad per token, text RoPE still plain), which judged 0.765 against
+    0.70 after 800 SFT steps but placed objects worse when describing pictures (0.68 against 0.79 of
+    objects in the right cell), so the presets keep Qwen's values."""
+    scene_words: bool = False
+    """Train the tokenizer on the synthetic world's words and the compact judge prompt too, so that they
+    are whole tokens as in a real tokenizer ("middle" is one token, not five): a judge example is about 150
+    tokens instead of 196, and SFT steps are that much cheaper. On for the sizes that are trained."""
 
 
 TINY_SIZES: dict[str, TinySize] = {
     "tiny": TinySize(64, 2, 4, 2, 128, 64, 2, 4, 2048, (2, 3, 3)),
-    "small": TinySize(128, 4, 4, 2, 256, 128, 2, 4, 2048, (4, 6, 6)),
-    "medium": TinySize(256, 4, 8, 4, 512, 128, 2, 4, 2048, (4, 6, 6)),
+    "small": TinySize(128, 4, 4, 2, 256, 128, 2, 4, 2048, (4, 6, 6), scene_words=True),
+    "medium": TinySize(256, 4, 8, 4, 512, 128, 2, 4, 2048, (4, 6, 6), scene_words=True),
     "tiny32": TinySize(64, 2, 2, 1, 128, 64, 2, 4, 2048, (4, 6, 6)),
 }
 
@@ -114,27 +121,52 @@ _WORDS = (
     "wrong because so it shows one two three four five six seven eight nine ten zero yes no and or not "
     "count total sum plus minus equals written reads says large small big tiny near far between"
 ).split()
+_SCENE_VOCABULARY = (
+    "the a an is are there of in on at left right above below top bottom middle centre center next to how "
+    "many what which colour color shape number text word image picture question answer candidate option best "
+    "correct wrong because so it shows one two three four five six seven eight nine ten zero yes no and or not "
+    "count total sum plus minus equals written reads says large small big tiny near far between matches but "
+    "leaves out adds none closest right worded differently check each against then every has corners"
+).split()
+"""`_WORDS` with the words of scene answers and verdicts (`TinySize.scene_words`)."""
+_PLACES = [f"{row} {col}" for row in ("top", "middle", "bottom") for col in ("left", "centre", "right")]
 
 
-def _tokenizer_corpus(seed: int) -> list[str]:
+def _tokenizer_corpus(seed: int, scene_words: bool = False) -> list[str]:
     """Text the tokenizer learns its merges from: judge prompts, answers and scene vocabulary."""
     rng = random.Random(seed)
     lines = [DEFAULT_INSTRUCTION, DEFAULT_CRITERIA]
+    if scene_words:
+        lines += [COMPACT_PROMPT.instruction, COMPACT_PROMPT.answer_format]
+        lines += ["<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"] * 20
+    vocabulary = _SCENE_VOCABULARY if scene_words else _WORDS
     for _ in range(3000):
         colour, shape = rng.choice(_COLOURS), rng.choice(_SHAPES)
         k = rng.randint(2, 4)
         letter = rng.choice(option_letters(k))
-        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 10)))
+        words = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(3, 10)))
         lines.append(f"Question: What colour is the {shape}?\nA. {colour}\nB. {rng.choice(_COLOURS)}")
         lines.append(f"There are {rng.randint(0, 12)} {shape}s. {words}. {rng.randint(0, 99)} + {rng.randint(0, 99)}")
         lines.append(f"<think>Image: a {colour} {shape}. {letter}: {words}, yes.</think><answer>{letter}</answer>")
         lines.append(f"Answer: {letter}. The best answer is {letter}. \\boxed{{{letter}}}")
         lines.append(f"Overall Judgment: Answer {rng.randint(1, 2)} is better.")
+        if not scene_words:
+            continue
+        # Scene answers and verdicts, so that the words pictures are described with are whole tokens, as in
+        # a real tokenizer ("middle" as one token, not five): shorter prompts, and whole words to copy.
+        place, size = rng.choice(_PLACES), rng.choice(("small", "large"))
+        lines.append(
+            f"Candidates:\nA. The {shape} at the {place} is {colour}.\nB. There are {k} {shape}s, at the {place}."
+        )
+        lines.append(f"Is the {shape} to the left or to the right of the {rng.choice(_SHAPES)}? Check each candidate.")
+        lines.append(f"<think>Image: a {size} {colour} {shape} at the {place}. {letter}: matches, yes.</think>")
+        lines.append(f"{letter}: says {place}, but it is {rng.choice(_PLACES)}, no. {letter}: leaves out {colour}, no.")
     return lines
 
 
-def build_tokenizer(vocab_size: int = 2048, seed: int = 0):
-    """Train a byte-level BPE with Qwen's pre-tokenizer and wrap it as a `Qwen2Tokenizer`."""
+def build_tokenizer(vocab_size: int = 2048, seed: int = 0, *, scene_words: bool = False):
+    """Train a byte-level BPE with Qwen's pre-tokenizer and wrap it as a `Qwen2Tokenizer`
+    (`scene_words`: see `TinySize.scene_words`)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
@@ -153,7 +185,7 @@ def build_tokenizer(vocab_size: int = 2048, seed: int = 0):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_tokenizer_corpus(seed), trainer=trainer)
+    bpe.train_from_iterator(_tokenizer_corpus(seed, scene_words), trainer=trainer)
     state = json.loads(bpe.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["merges"]]
     tokenizer = Qwen2Tokenizer(
@@ -253,7 +285,7 @@ def build_tiny_model(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = build_tokenizer(spec.vocab, seed=seed)
+    tokenizer = build_tokenizer(spec.vocab, seed=seed, scene_words=spec.scene_words)
     vocab = -(-len(tokenizer) // 64) * 64  # round up, as real checkpoints pad the embedding
     config = _vlm_config(spec, vocab, tokenizer) if kind == "vlm" else _lm_config(spec, vocab, tokenizer)
 

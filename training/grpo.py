@@ -15,7 +15,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from judge.prompt import PromptConfig
-from training.common import JudgeModelArguments, prepare_model, run_recipe
+from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
 from training.data import load_grpo_dataset
 from training.rewards import JudgeReward
 
@@ -79,7 +79,7 @@ def build_grpo_trainer(
     getattr(processor, "tokenizer", processor).padding_side = "left"
     train = load_grpo_dataset(config.train_file, config.prompt_config())
     evaluation = load_grpo_dataset(config.eval_file, config.prompt_config()) if config.eval_file else None
-    return GRPOTrainer(
+    return with_vision_learning_rate(GRPOTrainer, config)(
         model=model,
         args=config,
         reward_funcs=[config.reward()],

@@ -22,7 +22,7 @@ from trl import GRPOConfig
 
 from judge.reward_fn import API_KEY_ENV, AsyncJudgeRewardFunction, JudgeRewardFunction
 from judge.rewarding import MODES
-from training.common import JudgeModelArguments, prepare_model, run_recipe
+from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
 from training.replay_trainer import ReplayArguments
 
 __all__ = ["JudgePolicyGRPOConfig", "build_policy_trainer", "load_prompt_dataset", "run_policy"]
@@ -249,7 +249,7 @@ def build_policy_trainer(
     evaluation = load_prompt_dataset(config.eval_file, policy_sees_images=is_vlm) if config.eval_file else None
     image_columns = ("images", "image") if is_vlm else (TEXT_POLICY_IMAGE_COLUMN,)
     trainer_class = ReplayGRPOTrainer if config.replay_shared_prompt else GRPOTrainer  # same loss, less memory
-    trainer = trainer_class(
+    trainer = with_vision_learning_rate(trainer_class, config)(
         model=model,
         args=config,
         reward_funcs=[config.reward_function(image_columns)],

@@ -15,7 +15,7 @@ from typing import Any
 
 from trl import SFTConfig
 
-from training.common import JudgeModelArguments, prepare_model, run_recipe
+from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
 from training.data import load_sft_dataset
 
 __all__ = ["JudgeSFTConfig", "build_sft_trainer", "run_sft"]
@@ -43,7 +43,7 @@ def build_sft_trainer(
     model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
     train = load_sft_dataset(config.train_file)
     evaluation = load_sft_dataset(config.eval_file) if config.eval_file else None
-    return SFTTrainer(
+    return with_vision_learning_rate(SFTTrainer, config)(
         model=model,
         args=config,
         train_dataset=train,

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from judge.prompt import PromptConfig
+from judge.prompt import COMPACT_PROMPT
 
 __all__ = [
     "COMPACT_PROMPT",
+    "DESCRIBE_PROMPT",
     "History",
     "TRAINER_DEFAULTS",
     "distill_judge_data",
@@ -32,16 +33,14 @@ __all__ = [
     "plot_curves",
     "recipe_judge",
     "sft_config",
+    "vision_sensitivity",
+    "warmup_rows",
     "world_size_for",
     "write_kind_world",
 ]
 
-COMPACT_PROMPT = PromptConfig(
-    instruction="Which candidate answers the question about the image best?",
-    criteria=None,
-    answer_format="Check each candidate against the image in <think></think>, then answer <answer>X</answer>.",
-)
-"""The judge prompt the tiny judge is trained and judged with (SFT data, GRPO prompts, evaluation)."""
+DESCRIBE_PROMPT = "Describe the image."
+"""The short request of the recipe's image → description examples (the describe stage's own prompt is long)."""
 
 TRAINER_DEFAULTS: dict[str, Any] = dict(
     use_cpu=True,
@@ -100,25 +99,35 @@ def distill_judge_data(
     max_options: int = 2,
     val_fraction: float = 0.08,
     reasoner_style: str = "diff",
+    describe_share: float = 0.0,
     seed: int = 0,
     show_progress: bool = False,
 ) -> dict[str, Any]:
     """Negatives in `input_dir` → descriptions → balanced MC items → distilled traces → SFT examples in `out_dir`.
 
-    The SFT examples are worded with `COMPACT_PROMPT`. Returns the item count, the kept fraction of traces,
-    and the assembly and distillation summaries.
+    The SFT examples are worded with `COMPACT_PROMPT`; `describe_share` of the training file are image →
+    description examples (asked with `DESCRIBE_PROMPT`). Returns the item count, the kept fraction of
+    traces, the example counts, and the assembly and distillation summaries.
     """
     from data_synthesis.assemble import AssembleConfig
     from data_synthesis.pipeline import run_assemble, run_describe, run_distill, write_sft_examples
 
-    run_describe(input_dir, out_dir, describer="scene", show_progress=show_progress)
+    described, _ = run_describe(input_dir, out_dir, describer="scene", show_progress=show_progress)
     items, assembled = run_assemble(
         out_dir, out_dir, AssembleConfig(max_options=max_options, val_fraction=val_fraction, seed=seed)
     )
     distilled, summary = run_distill(
         out_dir, out_dir, reasoner="scene", reasoner_style=reasoner_style, show_progress=show_progress
     )
-    counts = write_sft_examples(items, distilled, Path(out_dir), prompt=COMPACT_PROMPT)
+    counts = write_sft_examples(
+        items,
+        distilled,
+        Path(out_dir),
+        prompt=COMPACT_PROMPT,
+        described=described,
+        describe_share=describe_share,
+        describe_instruction=DESCRIBE_PROMPT,
+    )
     return {
         "items": len(items),
         "kept_fraction": summary["kept_fraction"],
@@ -158,6 +167,17 @@ def heldout_pairs(world: Path, n: int, seed: int) -> list[Any]:
             )
         )
     return items[:n]
+
+
+def warmup_rows(data_dir: str | Path) -> list[dict[str, Any]]:
+    """World records of the training split, with their scenes, for `training.vision_warmup` (held-out
+    pictures stay unseen); image paths are relative to `data_dir`."""
+    from data_synthesis.pipeline import load_rows
+    from judge.jsonl import read_jsonl
+
+    data_dir = Path(data_dir)
+    train = {item["id"] for _, item in read_jsonl(data_dir / "items.jsonl") if item["meta"]["split"] == "train"}
+    return [row for row in load_rows(data_dir, "records", data_dir) if row["id"] in train]
 
 
 # -- judge and trainers ------------------------------------------------------------------------------------
@@ -251,6 +271,44 @@ def grpo_config(
     )
     values.update(overrides)
     return JudgeGRPOConfig(**values)
+
+
+# -- diagnostics -------------------------------------------------------------------------------------------
+
+
+def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84) -> dict[str, float]:
+    """How much the judge's image features move when one shape changes colour, kind or size.
+
+    A one-shape picture and three variants of it; each figure is the relative change of the image token
+    that covers the shape (`|f' - f| / |f|`). A randomly built judge moves by about half; a vision tower
+    whose features have collapsed to a constant (they stop depending on the picture) moves by ~0, and
+    its judge can then only decide flaws that the text alone gives away.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    import judge.hf_compat  # noqa: F401  (the image-only processor where torchvision does not import)
+    from data_synthesis.world import Scene, Shape, render
+    from judge.models import load_processor
+
+    processor = load_processor(str(model_dir), is_vlm=True)
+    model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).eval()
+    centre = image_size // 6  # the top-left cell of the 3x3 grid
+
+    def features(kind: str, colour: str, size: str) -> Any:
+        picture = render(Scene(image_size, image_size, [Shape(kind, colour, size, centre, centre)]))
+        batch = processor.image_processor(images=[picture], return_tensors="pt")
+        with torch.no_grad():
+            out = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
+        return torch.cat(list(out.pooler_output))[0]
+
+    base = features("circle", "red", "large")
+    variants = {
+        "colour": ("circle", "blue", "large"),
+        "kind": ("square", "red", "large"),
+        "size": ("circle", "red", "small"),
+    }
+    return {name: round(float((features(*v) - base).norm() / base.norm()), 4) for name, v in variants.items()}
 
 
 # -- curves ------------------------------------------------------------------------------------------------

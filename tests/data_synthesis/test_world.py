@@ -402,3 +402,15 @@ def test_pairs_style_puts_each_option_fact_beside_the_image_fact():
     )
     added = scene_reasoner(SHAPES, task, "", [right[:-1] + ", and red is cold.", right], style="pairs")
     assert "red-none no; cold-none no; so no. B:" in added and added.endswith("<answer>B</answer>")
+
+
+def test_scene_style_describes_the_whole_picture_then_gives_diff_verdicts():
+    task = Task("attribute", {"shape": 0, "attribute": "colour"})
+    right = "The circle at the top left is red."
+    out = scene_reasoner(SHAPES, task, "", [right.replace("red", "blue"), right], style="scene")
+    assert out == (
+        "<think>Image: Shapes: a large red circle at the top left; a small blue square at the bottom right. "
+        "Text: none. A: says blue, but it is red, no. B: matches, yes.</think><answer>B</answer>"
+    )
+    # The picture is worded exactly as the describe stage words it.
+    assert describe_scene(SHAPES).split(" image. ", 1)[1] in out

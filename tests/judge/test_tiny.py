@@ -95,3 +95,13 @@ def test_bad_arguments():
         build_tiny_model("/tmp/never", kind="audio")
     with pytest.raises(ValueError, match="size"):
         build_tiny_model("/tmp/never", size="huge")
+
+
+def test_trained_sizes_know_the_scene_words():
+    from judge.tiny import TINY_SIZES, build_tokenizer
+
+    plain, scene = build_tokenizer(seed=0), build_tokenizer(seed=0, scene_words=True)
+    text = "<think>Image: a large blue triangle at the middle right. A: matches, yes.</think>"
+    assert len(scene.tokenize(text)) < 0.8 * len(plain.tokenize(text))
+    assert scene.tokenize(" middle") == ["Ġmiddle"] and len(plain.tokenize(" middle")) > 1
+    assert TINY_SIZES["small"].scene_words and not TINY_SIZES["tiny"].scene_words

@@ -13,6 +13,18 @@ from tests.support.openai_server import serve
 RAY = ["--engine", "ray", "--ray-workers", "2"]
 
 
+@pytest.fixture(autouse=True)
+def one_thread_like_the_workers():
+    """The local run on one torch thread, as each Ray worker runs: matmuls split over two threads add in
+    another order, which moves option probabilities by ~1e-7 and breaks byte equality on some CPUs."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _eval(benchmark, data, out, *extra):
     return main(["eval", benchmark, "--data", str(data), "--out", str(out), "--quiet", "--batch-size", "3", *extra])
 

@@ -12,6 +12,7 @@ from training.tiny_recipe import (
     grpo_config,
     heldout_pairs,
     sft_config,
+    vision_sensitivity,
     world_size_for,
     write_kind_world,
 )
@@ -66,3 +67,57 @@ def test_trainer_settings_are_the_measured_recipe(tmp_path):
     grpo = grpo_config("m", "t.jsonl", tmp_path, steps=20)
     assert grpo.beta == 0.0 and grpo.temperature == 1.0 and grpo.num_generations == 4
     assert grpo.prompt_config().instruction == COMPACT_PROMPT.instruction and grpo.prompt_config().criteria is None
+
+
+def test_vision_sensitivity_sees_a_collapsed_vision_tower(tiny_vlm_dir, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    fresh = vision_sensitivity(tiny_vlm_dir)
+    assert set(fresh) == {"colour", "kind", "size"} and all(v > 0.1 for v in fresh.values()), fresh
+
+    # A merger whose last layer ignores its input outputs one constant vector: features no longer move.
+    collapsed = tmp_path / "collapsed"
+    shutil.copytree(tiny_vlm_dir, collapsed)
+    weights = load_file(str(collapsed / "model.safetensors"))
+    (name,) = [k for k in weights if k.endswith("merger.mlp.2.weight")]
+    weights[name] = torch.zeros_like(weights[name])
+    weights[name.replace("weight", "bias")] = torch.ones_like(weights[name.replace("weight", "bias")])
+    save_file(weights, str(collapsed / "model.safetensors"), metadata={"format": "pt"})
+    assert vision_sensitivity(collapsed) == {"colour": 0.0, "kind": 0.0, "size": 0.0}
+
+
+def test_description_examples_join_the_training_file(data, tmp_path):
+    import shutil
+
+    from data_synthesis.pipeline import write_sft_examples
+    from judge.jsonl import read_jsonl
+    from training.data import load_sft_dataset
+    from training.tiny_recipe import DESCRIBE_PROMPT
+
+    folder = tmp_path / "copy"
+    shutil.copytree(data[0].parent, folder)
+    folder = folder / data[0].name
+    items, distilled, described = (
+        [row for _, row in read_jsonl(folder / f"{name}.jsonl")] for name in ("items", "distilled", "described")
+    )
+    plain = write_sft_examples(items, distilled, folder)
+    counts = write_sft_examples(
+        items, distilled, folder, described=described, describe_share=0.25, describe_instruction=DESCRIBE_PROMPT
+    )
+    n = plain["sft_train"]
+    assert counts["sft_train_descriptions"] == round(n / 3) and counts["sft_train"] == n + round(n / 3)
+    assert counts["sft_val"] == plain["sft_val"]  # validation stays judge examples only
+    rows = [row for _, row in read_jsonl(folder / "sft" / "train.jsonl")]
+    split = {item["id"]: item["meta"]["split"] for item in items}
+    descriptions = [row for row in rows if row["id"].endswith("/describe")]
+    assert all(split[row["id"].removesuffix("/describe")] == "train" for row in descriptions)
+    first = descriptions[0]
+    assert first["messages"][0]["content"][1]["text"] == DESCRIBE_PROMPT
+    assert first["messages"][1]["content"][0]["text"].startswith("A white 84x84 image. Shapes: ")
+    dataset = load_sft_dataset(folder / "sft" / "train.jsonl")  # every image path resolves from sft/
+    assert len(dataset) == len(rows) and dataset[len(rows) - 1]["images"][0].size == (84, 84)
+    with pytest.raises(ValueError, match="describe_share"):
+        write_sft_examples(items, distilled, folder, describe_share=0.5)

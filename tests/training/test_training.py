@@ -49,6 +49,43 @@ def test_frozen_vision_with_full_fine_tuning(tiny_vlm_dir, synth_data, tmp_path)
     assert not torch.equal(before[text[0]], after[text[0]])
 
 
+def test_vision_learning_rate_is_its_own_optimizer_group(tiny_vlm_dir, synth_data, tmp_path):
+    from training.sft import build_sft_trainer
+
+    config = _sft(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "vision_learning_rate=0.0")
+    trainer = build_sft_trainer(config)
+    optimizer = trainer.create_optimizer()
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    rates = {("visual" in names[id(p)], group["lr"]) for group in optimizer.param_groups for p in group["params"]}
+    assert rates == {(False, 0.001), (True, 0.0)}
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(trainer.model.parameters()))
+
+    before = load_file(str(tiny_vlm_dir / "model.safetensors"))
+    trainer.train()  # the scheduler scales the vision group from its own rate: 0 stays 0
+    trainer.save_model()
+    after = load_file(str(tmp_path / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before if "visual" in k)
+    assert any(not torch.equal(before[k], after[k]) for k in before if "visual" not in k)
+
+
+def test_grpo_takes_the_vision_learning_rate_too(tiny_vlm_dir, synth_data, tmp_path):
+    from trl import GRPOTrainer
+
+    from training.grpo import build_grpo_trainer
+
+    args = [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'rl' / 'train.jsonl'}",
+            f"output_dir={tmp_path}", "max_steps=1", "per_device_train_batch_size=4", "num_generations=4",
+            "max_completion_length=8", "learning_rate=0.001", *CPU]  # fmt: skip
+    plain = build_grpo_trainer(load_config(JudgeGRPOConfig, None, args))
+    assert type(plain) is GRPOTrainer  # no vision rate: TRL's own class, untouched
+    trainer = build_grpo_trainer(load_config(JudgeGRPOConfig, None, [*args, "vision_learning_rate=0.0001"]))
+    assert isinstance(trainer, GRPOTrainer) and type(trainer).__name__ == "GRPOTrainer"
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    optimizer = trainer.create_optimizer()
+    rates = {("visual" in names[id(p)], group["lr"]) for group in optimizer.param_groups for p in group["params"]}
+    assert rates == {(False, 0.001), (True, 0.0001)}
+
+
 def test_lora_trains_only_language_adapters(tiny_vlm_dir, synth_data, tmp_path):
     run_sft(_sft(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "use_lora=true", "lora_r=4"))
     adapter = load_file(str(tmp_path / "adapter_model.safetensors"))
