@@ -295,7 +295,7 @@ def write_sft_examples(
         ]
         if split == "train" and describe_share:
             wanted = round(len(examples) * describe_share / (1.0 - describe_share))
-            rows = [r for r in described or [] if r["id"] in by_id and by_id[r["id"]]["meta"]["split"] == split]
+            rows = [r for r in described if r["id"] in by_id and by_id[r["id"]]["meta"]["split"] == split]
             instruction = describe_instruction or DESCRIBE.template
             descriptions = [
                 to_description_example(_rebased_item(r, out_dir, out_dir / "sft"), instruction) for r in rows[:wanted]

@@ -121,13 +121,13 @@ _WORDS = (
     "wrong because so it shows one two three four five six seven eight nine ten zero yes no and or not "
     "count total sum plus minus equals written reads says large small big tiny near far between"
 ).split()
-_SCENE_VOCABULARY = (
-    "the a an is are there of in on at left right above below top bottom middle centre center next to how "
-    "many what which colour color shape number text word image picture question answer candidate option best "
-    "correct wrong because so it shows one two three four five six seven eight nine ten zero yes no and or not "
-    "count total sum plus minus equals written reads says large small big tiny near far between matches but "
-    "leaves out adds none closest right worded differently check each against then every has corners"
-).split()
+_AFTER_BOTTOM = _WORDS.index("bottom") + 1
+_SCENE_VOCABULARY = [
+    *_WORDS[:_AFTER_BOTTOM],
+    *"middle centre center".split(),
+    *_WORDS[_AFTER_BOTTOM:],
+    *"matches but leaves out adds none closest right worded differently check each against then every has corners".split(),
+]
 """`_WORDS` with the words of scene answers and verdicts (`TinySize.scene_words`)."""
 _PLACES = [f"{row} {col}" for row in ("top", "middle", "bottom") for col in ("left", "centre", "right")]
 

@@ -280,7 +280,7 @@ def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84) -> dict[s
     """How much the judge's image features move when one shape changes colour, kind or size.
 
     A one-shape picture and three variants of it; each figure is the relative change of the image token
-    that covers the shape (`|f' - f| / |f|`). A randomly built judge moves by about half; a vision tower
+    that covers the shape (`|f' - f| / |f|`). A randomly built judge moves by 0.5–0.85; a vision tower
     whose features have collapsed to a constant (they stop depending on the picture) moves by ~0, and
     its judge can then only decide flaws that the text alone gives away.
     """
@@ -290,6 +290,7 @@ def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84) -> dict[s
     import judge.hf_compat  # noqa: F401  (the image-only processor where torchvision does not import)
     from data_synthesis.world import Scene, Shape, render
     from judge.models import load_processor
+    from training.vision_warmup import image_token_features
 
     processor = load_processor(str(model_dir), is_vlm=True)
     model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).eval()
@@ -297,10 +298,8 @@ def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84) -> dict[s
 
     def features(kind: str, colour: str, size: str) -> Any:
         picture = render(Scene(image_size, image_size, [Shape(kind, colour, size, centre, centre)]))
-        batch = processor.image_processor(images=[picture], return_tensors="pt")
         with torch.no_grad():
-            out = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
-        return torch.cat(list(out.pooler_output))[0]
+            return image_token_features(model, processor, [picture])[0][0]
 
     base = features("circle", "red", "large")
     variants = {

@@ -2,7 +2,7 @@
 
 A real MLLM judge arrives with a pretrained vision encoder; a tiny one from `judge.tiny` has never seen a
 picture. Trained end to end on judge traces, its vision tower collapses: after 1,500 SFT steps the image
-features no longer depend on the picture (`tiny_recipe.vision_sensitivity` near 0), and every flaw that
+features barely depend on the picture (`tiny_recipe.vision_sensitivity` 0.01–0.1), and every flaw that
 needs the image is decided at chance, while text-only flaws are perfect. A frozen random tower keeps the
 information (a linear probe reads kind, colour and size from it perfectly) but the language side did not
 learn to read a shape's kind from it in the same budget.
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VisionWarmupConfig", "token_labels", "warm_up_vision"]
+__all__ = ["VisionWarmupConfig", "image_token_features", "token_labels", "warm_up_vision"]
 
 Row = dict[str, Any]
 
@@ -48,6 +48,16 @@ class VisionWarmupConfig:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate ({self.learning_rate}) must be positive")
+
+
+def image_token_features(model: Any, processor: Any, images: Sequence[Any]) -> tuple[Any, Any]:
+    """The merger's output for every image token of `images` (one row per token, picture by picture), as the
+    language model receives them, and the processor's `image_grid_thw`."""
+    import torch
+
+    inputs = processor.image_processor(images=list(images), return_tensors="pt")
+    out = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
+    return torch.cat(list(out.pooler_output)), inputs["image_grid_thw"]
 
 
 def token_labels(scene: Any, grid: tuple[int, int]) -> list[tuple[int, int, int]]:
@@ -121,12 +131,9 @@ def warm_up_vision(
     model.train()
     for step in range(config.steps):
         batch = rng.sample(range(len(rows)), min(config.batch_size, len(rows)))
-        inputs = processor.image_processor(images=[images[i] for i in batch], return_tensors="pt")
-        grids = [(int(h) // merge, int(w) // merge) for _, h, w in inputs["image_grid_thw"].tolist()]
+        features, grid_thw = image_token_features(model, processor, [images[i] for i in batch])
+        grids = [(int(h) // merge, int(w) // merge) for _, h, w in grid_thw.tolist()]
         targets = torch.tensor([label for i, grid in zip(batch, grids) for label in token_labels(scenes[i], grid)])
-        features = torch.cat(
-            list(model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output)
-        )
         features = features * torch.rsqrt(features.pow(2).mean(-1, keepdim=True) + 1e-6)
         logits = [head(features) for head in heads]
         loss = sum(torch.nn.functional.cross_entropy(out, targets[:, j]) for j, out in enumerate(logits))
