@@ -11,7 +11,8 @@ The judge prompt is the compact one (`COMPACT_PROMPT`): the model is tiny and th
 prompt token costs steps; the recipe is otherwise the real one. `vision_sensitivity` in the JSON line says
 whether the judge's image features still depend on the picture (see `tiny_recipe.vision_sensitivity`);
 `--vision-warmup-steps N` runs the perception warm-up (`training.vision_warmup`) first and then freezes
-the vision tower, and `--describe-share` mixes image → description examples into the SFT data.
+the vision tower, `--describe-share` mixes image → description examples into the SFT data, and `--shaded`
+draws each grid cell of the world on its own background (`data_synthesis.world.Scene.shaded`).
 
 Accuracy counts an item the judge could not decide (no parsable answer in either order) as a coin flip,
 0.5, so an untrained judge that never answers scores chance; `heldout_accuracy_strict` counts it as wrong.
@@ -46,7 +47,13 @@ def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     world = out / "data"
     write_kind_world(
-        out / "world", world, kinds=args.kinds.split(","), n=args.world_n, seed=args.seed, image_size=args.image_size
+        out / "world",
+        world,
+        kinds=args.kinds.split(","),
+        n=args.world_n,
+        seed=args.seed,
+        image_size=args.image_size,
+        shaded=args.shaded,
     )
     run_negatives(world, world, generator="scene", n=3, seed=args.seed, show_progress=False)
     data = distill_judge_data(
@@ -102,6 +109,12 @@ def main() -> None:
     parser.add_argument("--kinds", default="attribute,count,spatial", help="question kinds of the world to use")
     parser.add_argument("--world-n", type=int, default=4000, help="records of those kinds")
     parser.add_argument("--image-size", type=int, default=84, help="84 px → 9 image tokens per picture")
+    parser.add_argument(
+        "--shaded",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="draw each grid cell on its own background, so positions show in the pixels (Scene.shaded)",
+    )
     parser.add_argument("--max-options", type=int, default=2)
     parser.add_argument(
         "--reasoner-style",
@@ -206,6 +219,7 @@ def main() -> None:
         "benchmark": "learning_curve",
         "model": f"{args.size} Qwen2.5-VL from the tiny-model factory",
         "kinds": sorted(args.kinds.split(",")),
+        "shaded": args.shaded,
         "heldout_items": len(heldout),
         "heldout_accuracy": round(final["accuracy"], 4),
         "order_consistency": round(final["order_consistency"], 4),
@@ -229,8 +243,8 @@ def main() -> None:
         # Relative change of the image features when one shape changes colour, kind or size: near 0 means
         # the vision tower has collapsed to a constant and only text-visible flaws can be decided.
         "vision_sensitivity": {
-            "untrained": vision_sensitivity(base, image_size=args.image_size),
-            "final": vision_sensitivity(out / ("grpo" if args.grpo_steps else "sft"), image_size=args.image_size),
+            name: vision_sensitivity(model, image_size=args.image_size, shaded=args.shaded)
+            for name, model in (("untrained", base), ("final", out / ("grpo" if args.grpo_steps else "sft")))
         },
         "curves": str(out / "learning_curve.png"),
     }

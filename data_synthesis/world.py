@@ -69,6 +69,9 @@ TEXT_COLOURS = ("black", "red", "green", "blue")
 WORDS = ("CAT", "DOG", "SUN", "BUS", "CUP", "HAT", "PEN", "BOX", "KEY", "CAR", "BED", "EGG", "FOX", "JAR", "OAK")
 """Three letters, no M or W, so every word fits one grid cell at the default size."""
 GRID = 3
+CELL_SHADES = [[(255 - 28 * row, 255, 255 - 28 * col) for col in range(GRID)] for row in range(GRID)]
+"""Background of each cell of a shaded scene, by (row, column): less red further down, less blue further
+right; pale enough that every shape colour stands out."""
 _ROWS, _COLS = ("top", "middle", "bottom"), ("left", "centre", "right")
 _CORNERS = {"circle": ("two", "four"), "square": ("three", "five"), "triangle": ("two", "four")}
 """Wrong corner counts, for the incorrect-knowledge negatives ("every triangle has four corners")."""
@@ -109,13 +112,22 @@ class Scene:
     height: int
     shapes: list[Shape] = field(default_factory=list)
     texts: list[Text] = field(default_factory=list)
+    shaded: bool = False
+    """Give each grid cell its own pale background (`CELL_SHADES`), so that *where* an object is shows in the
+    pixels under it. Qwen2.5-VL's vision tower has no absolute position embeddings (rotary attention only),
+    and at Qwen's M-RoPE a small language model can barely tell image tokens' positions apart. An option
+    for experiments: on the learning benchmark it did not make the tiny judge place objects better."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        if not self.shaded:  # plain scenes serialise as they always have
+            del row["shaded"]
+        return row
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Scene:
-        return cls(row["width"], row["height"], [Shape(**s) for s in row["shapes"]], [Text(**t) for t in row["texts"]])
+        shapes, texts = [Shape(**s) for s in row["shapes"]], [Text(**t) for t in row["texts"]]
+        return cls(row["width"], row["height"], shapes, texts, bool(row.get("shaded", False)))
 
 
 @dataclass
@@ -168,8 +180,17 @@ def _join(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def sample_item(index: int, seed: int, *, size: int = 112) -> tuple[Scene, Task]:
-    """Draw item `index`; it depends only on `(seed, index)`, and kinds cycle so any five in a row cover all."""
+def sample_item(index: int, seed: int, *, size: int = 112, shaded: bool = False) -> tuple[Scene, Task]:
+    """Draw item `index`; it depends only on `(seed, index)`, and kinds cycle so any five in a row cover all.
+
+    `shaded` only changes the background (`Scene.shaded`): the objects, question and answer are the same.
+    """
+    scene, task = _sample(index, seed, size)
+    scene.shaded = shaded
+    return scene, task
+
+
+def _sample(index: int, seed: int, size: int) -> tuple[Scene, Task]:
     rng = random.Random(f"{seed}:{index}")  # str seeds hash with SHA-512: stable across processes
     kind = TASK_KINDS[index % len(TASK_KINDS)]
     cells = rng.sample(range(GRID * GRID), GRID * GRID)
@@ -212,6 +233,12 @@ def render(scene: Scene) -> Image.Image:
     """Draw the scene: same scene, same pixels (no antialiasing randomness, no fonts from the host)."""
     image = Image.new("RGB", (scene.width, scene.height), "white")
     draw = ImageDraw.Draw(image)
+    if scene.shaded:
+        w, h = scene.width / GRID, scene.height / GRID
+        for row in range(GRID):
+            for col in range(GRID):
+                box = (round(col * w), round(row * h), round((col + 1) * w) - 1, round((row + 1) * h) - 1)
+                draw.rectangle(box, fill=CELL_SHADES[row][col])
     cell = min(scene.width, scene.height) / GRID
     for s in scene.shapes:
         r = round(cell * (0.38 if s.size == "large" else 0.2))
@@ -303,8 +330,8 @@ def question_answer(scene: Scene, task: Task) -> tuple[str, str]:
     return _question(scene, task), _answer(scene, task)
 
 
-def make_item(index: int, seed: int, *, image_path: str, size: int = 112) -> WorldItem:
-    scene, task = sample_item(index, seed, size=size)
+def make_item(index: int, seed: int, *, image_path: str, size: int = 112, shaded: bool = False) -> WorldItem:
+    scene, task = sample_item(index, seed, size=size, shaded=shaded)
     question, answer = question_answer(scene, task)
     record = SFTRecord(f"world-{index:06d}", image_path, question, answer, f"world/{task.kind}")
     return WorldItem(record, scene, task)
@@ -322,12 +349,19 @@ def _save_png(image: Image.Image, path: Path) -> None:
 
 
 def write_world(
-    n: int, seed: int, out_dir: str | Path, *, size: int = 112, progress: Callable[[int], None] | None = None
+    n: int,
+    seed: int,
+    out_dir: str | Path,
+    *,
+    size: int = 112,
+    shaded: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> Path:
     """Write `n` items (images, records.jsonl, scenes.jsonl) to `out_dir`, resuming whatever a crash left.
 
     Ids already in both JSONL files (finished or `.partial`) are skipped; everything else is regenerated
-    from `(seed, index)`. Resuming with another seed or size raises `ValueError` instead of mixing worlds.
+    from `(seed, index)`. Resuming with another seed, size or shading raises `ValueError` instead of mixing
+    worlds. `shaded` draws every cell on its own background (`Scene.shaded`).
     """
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -338,15 +372,15 @@ def write_world(
         positions = {item_id: index for index, item_id in enumerate(ids)}
         for _, row in read_jsonl(scenes.partial):  # the writer has just rewritten it with every earlier row
             if row["id"] in positions:
-                scene, task = sample_item(positions[row["id"]], seed, size=size)
+                scene, task = sample_item(positions[row["id"]], seed, size=size, shaded=shaded)
                 if row["scene"] != scene.to_dict() or row["task"] != task.to_dict():
-                    raise ValueError(f"{out} holds {row['id']} from another seed or size; use a fresh out_dir")
+                    raise ValueError(f"{out} holds {row['id']} from another seed, size or shading; use a fresh out_dir")
         batch_records: list[dict[str, Any]] = []
         batch_scenes: list[dict[str, Any]] = []
         for index, item_id in enumerate(ids):
             image_path = f"images/{item_id}.png"
             if item_id not in done or not (out / image_path).exists():
-                item = make_item(index, seed, image_path=image_path, size=size)
+                item = make_item(index, seed, image_path=image_path, size=size, shaded=shaded)
                 _save_png(render(item.scene), out / image_path)  # the image first: a row never lacks its file
                 batch_records.append(item.record.to_dict())
                 batch_scenes.append({"id": item_id, "scene": item.scene.to_dict(), "task": item.task.to_dict()})
@@ -395,7 +429,7 @@ def describe_scene(scene: Scene) -> str:
     >>> describe_scene(Scene(112, 112, [Shape("circle", "red", "large", 18, 18)], [Text("CAT", 56, 93, "blue")]))
     'A white 112x112 image. Shapes: a large red circle at the top left. Text: "CAT" in blue at the bottom centre.'
     """
-    parts = [f"A white {scene.width}x{scene.height} image."]
+    parts = [f"A {'shaded' if scene.shaded else 'white'} {scene.width}x{scene.height} image."]
     for label, objs in (("Shapes", scene.shapes), ("Text", scene.texts)):
         phrases = [_phrase(scene, o) for o in _reading_order(scene, list(objs))]
         parts.append(f"{label}: {'; '.join(phrases) if phrases else 'none'}.")

@@ -57,6 +57,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, required=True, help="number of records")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", type=int, default=112, help="image side in pixels (default 112)")
+    p.add_argument("--shaded", action="store_true", help="draw each grid cell on its own pale background")
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(run=run_world)
 
@@ -151,7 +152,7 @@ def _guard(fn):
 def run_world(args: argparse.Namespace) -> int:
     from data_synthesis.world import write_world
 
-    write_world(args.n, args.seed, args.out, size=args.size)
+    write_world(args.n, args.seed, args.out, size=args.size, shaded=args.shaded)
     print(f"wrote {args.n} synthetic-world records to {args.out}")
     return 0
 

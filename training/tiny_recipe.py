@@ -70,11 +70,13 @@ def write_kind_world(
     n: int,
     seed: int,
     image_size: int = 84,
+    shaded: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Draw the synthetic world into `world_dir` and keep about `n` records of the given question `kinds`.
 
-    `world_size_for(n, kinds)` items are drawn (`progress` is called with the count written so far).
+    `world_size_for(n, kinds)` items are drawn (`progress` is called with the count written so far);
+    `shaded` draws each grid cell on its own background (`data_synthesis.world.Scene.shaded`).
     `data_dir` gets `records.jsonl` and `scenes.jsonl` of the kept records (image paths relative to it),
     ready for `data_synthesis.pipeline.run_negatives`. Returns the kept rows.
     """
@@ -84,7 +86,7 @@ def write_kind_world(
 
     kinds = set(kinds)
     world_dir, data_dir = Path(world_dir), Path(data_dir)
-    write_world(world_size_for(n, kinds), seed, world_dir, size=image_size, progress=progress)
+    write_world(world_size_for(n, kinds), seed, world_dir, size=image_size, shaded=shaded, progress=progress)
     rows = [r for r in load_rows(world_dir, "records", data_dir) if r["source"].split("/")[1] in kinds]
     fields = ("id", "image", "question", "answer", "source")
     write_jsonl_atomic(data_dir / "records.jsonl", [{k: r[k] for k in fields} for r in rows])
@@ -276,13 +278,14 @@ def grpo_config(
 # -- diagnostics -------------------------------------------------------------------------------------------
 
 
-def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84) -> dict[str, float]:
+def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84, shaded: bool = False) -> dict[str, float]:
     """How much the judge's image features move when one shape changes colour, kind or size.
 
     A one-shape picture and three variants of it; each figure is the relative change of the image token
     that covers the shape (`|f' - f| / |f|`). A randomly built judge moves by 0.5–0.85; a vision tower
     whose features have collapsed to a constant (they stop depending on the picture) moves by ~0, and
-    its judge can then only decide flaws that the text alone gives away.
+    its judge can then only decide flaws that the text alone gives away. `shaded`: pictures drawn as a
+    shaded world draws them (`Scene.shaded`).
     """
     import torch
     from transformers import AutoModelForImageTextToText
@@ -297,7 +300,7 @@ def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84) -> dict[s
     centre = image_size // 6  # the top-left cell of the 3x3 grid
 
     def features(kind: str, colour: str, size: str) -> Any:
-        picture = render(Scene(image_size, image_size, [Shape(kind, colour, size, centre, centre)]))
+        picture = render(Scene(image_size, image_size, [Shape(kind, colour, size, centre, centre)], shaded=shaded))
         with torch.no_grad():
             return image_token_features(model, processor, [picture])[0][0]
 

@@ -125,3 +125,10 @@ def test_reasoner_style_reaches_the_traces(tmp_path):
     rows = _read(tmp_path / "distilled.jsonl")
     assert all(r["versions"]["reason"] == "scene_reasoner:restate" for r in rows)
     assert all(r["completion"].count(", yes.") == 1 for r in rows if r["kept"])
+
+
+def test_synth_world_shaded(tmp_path, capsys):
+    assert main(["synth", "world", "--n", "4", "--size", "84", "--shaded", "--out", str(tmp_path)]) == 0
+    scenes = _read(tmp_path / "scenes.jsonl")
+    assert len(scenes) == 4 and all(row["scene"]["shaded"] for row in scenes)
+    assert load_image("images/world-000000.png", tmp_path).getpixel((83, 83)) != (255, 255, 255)

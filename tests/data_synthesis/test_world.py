@@ -82,6 +82,29 @@ def test_render_draws_the_scene():
             assert image.getpixel((shape.x, shape.y)) == world.RGB[shape.colour]
 
 
+def test_shaded_scene_shows_each_cell_on_its_own_background(tmp_path):
+    plain = make_item(3, 7, image_path="x.png", size=84)
+    shaded = make_item(3, 7, image_path="x.png", size=84, shaded=True)
+    assert shaded.record == plain.record and shaded.task == plain.task  # same question and answer
+    assert shaded.scene.shapes == plain.scene.shapes and "shaded" not in plain.scene.to_dict()
+    image, used = render(shaded.scene), {world._cell(shaded.scene, s.x, s.y) for s in shaded.scene.shapes}
+    backgrounds = set()
+    for cell in set(range(9)) - used:
+        row, col = divmod(cell, 3)
+        colour = image.getpixel((col * 28 + 3, row * 28 + 3))
+        assert colour == world.CELL_SHADES[row][col]
+        backgrounds.add(colour)
+    assert len(backgrounds) == 9 - len(used)  # no two cells alike
+    for shape in shaded.scene.shapes:
+        assert image.getpixel((shape.x, shape.y)) == world.RGB[shape.colour]
+    assert describe_scene(shaded.scene).startswith("A shaded 84x84 image. Shapes: ")
+    assert Scene.from_dict(json.loads(json.dumps(shaded.scene.to_dict()))) == shaded.scene
+    write_world(3, 0, tmp_path, size=84, shaded=True)
+    assert load_world(tmp_path)[0].scene.shaded
+    with pytest.raises(ValueError, match="another seed, size or shading"):
+        write_world(3, 0, tmp_path, size=84)
+
+
 def test_scene_and_task_round_trip_through_json():
     for item in ITEMS[:10]:
         assert Scene.from_dict(json.loads(json.dumps(item.scene.to_dict()))) == item.scene
