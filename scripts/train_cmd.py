@@ -53,7 +53,7 @@ def _config_class(stage: str):
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from training.common import load_config
+    from training.common import close_process_group, load_config
 
     cls = _config_class(args.stage)
     if args.help_fields:
@@ -75,4 +75,5 @@ def run(args: argparse.Namespace) -> int:
     result = run_stage(config)
     if int(os.environ.get("RANK", "0")) == 0:  # one line per run, not one per process
         print(f"trained {result.global_step} steps (loss {result.training_loss:.4f}) → {config.output_dir}")
+    close_process_group()  # under torchrun / accelerate launch; nothing to do in one process
     return 0

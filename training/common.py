@@ -286,3 +286,17 @@ def run_recipe(build: Any, config: Any, callbacks: list[Any] | None = None) -> A
     if trainer.args.should_save:
         trainer.processing_class.save_pretrained(config.output_dir)
     return result
+
+
+def close_process_group() -> None:
+    """End a multi-process run's process group once every rank is done: call it last, before the process exits.
+
+    Left to interpreter shutdown, gloo's worker threads can be torn down while still joinable, and one rank
+    then dies with "terminate called without an active exception" (SIGABRT) after its work was done; the
+    barrier keeps a rank from closing its connections while a peer still uses them. A no-op in one process.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
