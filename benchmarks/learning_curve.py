@@ -119,8 +119,8 @@ def main() -> None:
     parser.add_argument(
         "--reasoner-style",
         default="diff",
-        help="scene reasoner layout: diff (default), restate, contrast (near 0.74), pairs (0.775, consistency 0.83) "
-        "or scene (the whole picture described first)",
+        help="scene reasoner layout: diff (default), restate, contrast (near 0.74), pairs (0.775, consistency 0.83), "
+        "scene (the whole picture described first) or keyed (each fact right after its shape's kind)",
     )
     parser.add_argument(
         "--describe-share", type=float, default=0.0, help="share of SFT examples that ask for the image's description"
@@ -174,7 +174,8 @@ def main() -> None:
             warmup_rows(world),
             image_root=world,
             out_dir=out / "seeing",
-            config=VisionWarmupConfig(steps=args.vision_warmup_steps, seed=args.seed),
+            # On a shaded world the warm-up also teaches where each token is (its cell shows in the pixels).
+            config=VisionWarmupConfig(steps=args.vision_warmup_steps, seed=args.seed, cell_head=args.shaded),
         )
         start_model, freeze_vision = out / "seeing", not args.train_vision
 

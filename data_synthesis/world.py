@@ -423,6 +423,18 @@ def _phrase(scene: Scene, obj: Shape | Text) -> str:
     return f"a {obj.size} {obj.colour} {obj.kind} at the {_where(scene, obj)}"
 
 
+def _keyed_phrase(scene: Scene, obj: Shape | Text) -> str:
+    """A shape's facts, each right after its kind: `square green, square small, square top right`.
+
+    A small language model reads a fact from the image by attending from the word just written to the
+    image token that word names. In "a small green square" the colour follows the size, so it is read
+    from every small shape at once; here each fact follows the kind, which names one token.
+    """
+    if isinstance(obj, Text):
+        return _phrase(scene, obj)
+    return f"{obj.kind} {obj.colour}, {obj.kind} {obj.size}, {obj.kind} {_where(scene, obj)}"
+
+
 def describe_scene(scene: Scene) -> str:
     """Every object, in reading order: the exact description distillation starts from.
 
@@ -587,24 +599,24 @@ def _verdict(letter: str, truth: list[str], option: list[str]) -> str:
     return f"{letter}: worded differently, no."
 
 
-def _seen(scene: Scene, task: Task) -> str:
-    """The part of the image the question needs, in words."""
+def _seen(scene: Scene, task: Task, phrase: Callable[[Scene, Shape | Text], str] = _phrase) -> str:
+    """The part of the image the question needs, in words (each object worded by `phrase`)."""
     p = task.params
     if task.kind == "attribute":
-        return _phrase(scene, scene.shapes[p["shape"]])
+        return phrase(scene, scene.shapes[p["shape"]])
     if task.kind == "count":
         found = _reading_order(scene, [s for s in scene.shapes if _matches(task, s)])
         if not found:
             return f"no {_noun(task, 2)}"
-        return f"{', '.join(_phrase(scene, s) for s in found)}; {len(found)} {_noun(task, len(found))}"
+        return f"{', '.join(phrase(scene, s) for s in found)}; {len(found)} {_noun(task, len(found))}"
     if task.kind == "spatial":
         a, b = scene.shapes[p["a"]], scene.shapes[p["b"]]
-        return f"{_phrase(scene, a)} and {_phrase(scene, b)}, so the {a.kind} is {_relation(scene, task)} the {b.kind}"
+        return f"{phrase(scene, a)} and {phrase(scene, b)}, so the {a.kind} is {_relation(scene, task)} the {b.kind}"
     if task.kind == "ocr":
-        return _phrase(scene, scene.texts[p["text"]])
+        return phrase(scene, scene.texts[p["text"]])
     texts = _reading_order(scene, [scene.texts[i] for i in p["texts"]])
     numbers = _numbers(scene, task)
-    return f"{_join([_phrase(scene, t) for t in texts])}; {' + '.join(map(str, numbers))} = {sum(numbers)}"
+    return f"{_join([phrase(scene, t) for t in texts])}; {' + '.join(map(str, numbers))} = {sum(numbers)}"
 
 
 def _restated(tokens: list[str]) -> str:
@@ -612,7 +624,7 @@ def _restated(tokens: list[str]) -> str:
     return " ".join(t.lower() for t in tokens if t.lower() not in _FILLER)
 
 
-REASONER_STYLES = ("diff", "restate", "contrast", "pairs", "scene")
+REASONER_STYLES = ("diff", "restate", "contrast", "pairs", "scene", "keyed")
 
 
 def _facts(tokens: list[str]) -> list[str]:
@@ -687,7 +699,9 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     the image ("A says square; B says triangle. Image: square. A is right."), falling back to "diff" when no
     option is exactly right; "scene" describes the whole picture first, worded as the describe stage words
     it ("Image: Shapes: a large red circle at the top left; …. Text: none."), then gives "diff" verdicts,
-    so a judge that also learns to describe pictures writes the same description inside its reasoning.
+    so a judge that also learns to describe pictures writes the same description inside its reasoning;
+    "keyed" gives "diff" verdicts after an image line that puts every fact right after the kind it belongs
+    to ("Image: square green, square small, square top right."), see `_keyed_phrase`.
     """
     if style not in REASONER_STYLES:
         raise ValueError(f"style must be one of {REASONER_STYLES}, got {style!r}")
@@ -718,6 +732,8 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         seen = " ".join(_facts(truth))
     elif style == "scene":  # the whole picture, worded as the describe stage words it
         seen = describe_scene(scene).split(" image. ", 1)[1].rstrip(".")
+    elif style == "keyed":
+        seen = _seen(scene, task, _keyed_phrase)
     else:
         seen = _restated(truth) if style == "restate" else _seen(scene, task)
     return f"<think>Image: {seen}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"

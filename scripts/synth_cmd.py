@@ -109,11 +109,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     _job_args(p)
     p.add_argument("--reasoner", choices=("model", "scene"), default="scene")
+    from data_synthesis.world import REASONER_STYLES
+
     p.add_argument(
         "--reasoner-style",
-        choices=("diff", "restate", "contrast", "pairs"),
+        choices=REASONER_STYLES,
         default="diff",
-        help="scene reasoner's trace layout",
+        help="scene reasoner's trace layout (data_synthesis.world.scene_reasoner)",
     )
     _model_args(p, "reasoner")
     p.add_argument("--rewriter", choices=("model", "rules"), default="rules")

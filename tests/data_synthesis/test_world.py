@@ -427,6 +427,20 @@ def test_pairs_style_puts_each_option_fact_beside_the_image_fact():
     assert "red-none no; cold-none no; so no. B:" in added and added.endswith("<answer>B</answer>")
 
 
+def test_keyed_style_puts_each_fact_right_after_its_kind_then_gives_diff_verdicts():
+    task = Task("spatial", {"a": 0, "b": 1, "axis": "horizontal"})
+    right = "The red circle is to the left of the blue square."
+    out = scene_reasoner(SHAPES, task, "", [right.replace("left", "right"), right], style="keyed")
+    assert out == (
+        "<think>Image: circle red, circle large, circle top left and square blue, square small, square bottom "
+        "right, so the circle is to the left of the square. A: says to the right of, but it is to the left of, "
+        "no. B: matches, yes.</think><answer>B</answer>"
+    )
+    # Only the image line differs from "diff": the verdicts and the choice are the same.
+    diff = scene_reasoner(SHAPES, task, "", [right.replace("left", "right"), right], style="diff")
+    assert out.split(". A: ", 1)[1] == diff.split(". A: ", 1)[1]
+
+
 def test_scene_style_describes_the_whole_picture_then_gives_diff_verdicts():
     task = Task("attribute", {"shape": 0, "attribute": "colour"})
     right = "The circle at the top left is red."

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from data_synthesis.world import Scene, Shape
-from training.vision_warmup import VisionWarmupConfig, token_labels, warm_up_vision
+from training.vision_warmup import VisionWarmupConfig, token_cells, token_labels, warm_up_vision
 
 
 def test_token_labels_follow_the_grid_cells():
@@ -18,6 +18,12 @@ def test_token_labels_follow_the_grid_cells():
     assert [i for i, label in enumerate(labels) if label != (0, 0, 0)] == [0, 5]
     # A finer token grid: each token takes the cell under its centre.
     assert token_labels(scene, (6, 6))[:3] == [(3, 3, 2), (3, 3, 2), (0, 0, 0)]
+
+
+def test_token_cells_name_the_world_cell_under_each_token():
+    scene = Scene(84, 84, [])
+    assert token_cells(scene, (3, 3)) == list(range(9))
+    assert token_cells(scene, (6, 6))[:6] == [0, 0, 1, 1, 2, 2] and token_cells(scene, (6, 6))[-1] == 8
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +58,19 @@ def test_warm_up_trains_the_vision_tower_only(tiny_vlm_dir, world_rows, tmp_path
     from judge.models import load_model
 
     assert load_model(str(tmp_path / "seeing"), device="cpu").processor.image_processor is not None
+
+
+def test_cell_head_learns_where_tokens_are_on_a_shaded_world(tiny_vlm_dir, tmp_path):
+    """Each cell of a shaded picture has its own background, so the tower can learn to say where a token is."""
+    from data_synthesis.pipeline import load_rows
+    from data_synthesis.world import write_world
+
+    write_world(8, 0, tmp_path / "world", size=84, shaded=True)
+    rows = load_rows(tmp_path / "world", "records", tmp_path / "world")
+    config = VisionWarmupConfig(steps=100, batch_size=8, learning_rate=3e-3, cell_head=True)
+    result = warm_up_vision(tiny_vlm_dir, rows, image_root=tmp_path / "world", out_dir=tmp_path / "o", config=config)
+    assert result["config"]["cell_head"] is True
+    assert result["cell_accuracy"] >= 0.9, result  # chance is 1/9
 
 
 def test_warm_up_refuses_rows_without_a_scene(tiny_vlm_dir, tmp_path):
