@@ -426,9 +426,10 @@ def _phrase(scene: Scene, obj: Shape | Text) -> str:
 def _keyed_phrase(scene: Scene, obj: Shape | Text) -> str:
     """A shape's facts, each right after its kind: `square green, square small, square top right`.
 
-    A small language model reads a fact from the image by attending from the word just written to the
-    image token that word names. In "a small green square" the colour follows the size, so it is read
-    from every small shape at once; here each fact follows the kind, which names one token.
+    In "a small green square" the word before the colour is the size, which does not single out a shape,
+    and a tiny judge gave the colour of another shape in the picture for 25 of 65 held-out attribute
+    questions; with each fact right after the kind, which names one image token, it got all 65 right
+    (README, "Training a judge").
     """
     if isinstance(obj, Text):
         return _phrase(scene, obj)

@@ -45,8 +45,8 @@ class VisionWarmupConfig:
     seed: int = 0
     cell_head: bool = False
     """Also predict each token's grid cell, so that the features carry where the token is. A shaded world
-    (`Scene.shaded`) shows the cell in the pixels; on white pictures the vision tower has no absolute
-    positions to go by (Qwen2.5-VL's has none), and the language model cannot place shapes either."""
+    (`Scene.shaded`) shows the cell in the pixels; on white pictures only the picture's edges tell cells
+    apart (Qwen2.5-VL's vision tower has no absolute position embeddings)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
