@@ -116,7 +116,8 @@ class Scene:
     """Give each grid cell its own pale background (`CELL_SHADES`), so that *where* an object is shows in the
     pixels under it. Qwen2.5-VL's vision tower has no absolute position embeddings (rotary attention only),
     and at Qwen's M-RoPE a small language model can barely tell image tokens' positions apart. An option
-    for experiments: on the learning benchmark it did not make the tiny judge place objects better."""
+    for experiments: the tiny judge places objects from it only after a warm-up with a cell head
+    (`training.vision_warmup.VisionWarmupConfig.cell_head`)."""
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)

@@ -75,19 +75,13 @@ def token_labels(scene: Any, grid: tuple[int, int]) -> list[tuple[int, int, int]
     from data_synthesis.world import COLOURS, SHAPE_KINDS, SIZES, _cell
 
     by_cell = {_cell(scene, s.x, s.y): s for s in scene.shapes}
-    rows, cols = grid
-    labels = []
-    for r in range(rows):
-        for c in range(cols):
-            x, y = int((c + 0.5) * scene.width / cols), int((r + 0.5) * scene.height / rows)
-            shape = by_cell.get(_cell(scene, x, y))
-            if shape is None:
-                labels.append((0, 0, 0))
-            else:
-                labels.append(
-                    (1 + SHAPE_KINDS.index(shape.kind), 1 + COLOURS.index(shape.colour), 1 + SIZES.index(shape.size))
-                )
-    return labels
+    shapes = [by_cell.get(cell) for cell in token_cells(scene, grid)]
+    return [
+        (0, 0, 0)
+        if s is None
+        else (1 + SHAPE_KINDS.index(s.kind), 1 + COLOURS.index(s.colour), 1 + SIZES.index(s.size))
+        for s in shapes
+    ]
 
 
 def token_cells(scene: Any, grid: tuple[int, int]) -> list[int]:
