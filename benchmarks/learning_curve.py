@@ -68,7 +68,7 @@ def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {"items": data["items"], "kept_fraction": data["kept_fraction"]}
 
 
-TRACE_TOKENS = {"pairs": 256, "scene": 128}
+TRACE_TOKENS = {"pairs": 256, "scene": 128, "checks": 192}
 """Judge and GRPO generation budgets for trace layouts longer than the recipe's default 96 tokens."""
 
 

@@ -626,7 +626,7 @@ def _restated(tokens: list[str]) -> str:
     return " ".join(t.lower() for t in tokens if t.lower() not in _FILLER)
 
 
-REASONER_STYLES = ("diff", "restate", "contrast", "pairs", "scene", "keyed")
+REASONER_STYLES = ("diff", "restate", "contrast", "pairs", "scene", "keyed", "checks")
 
 
 def _facts(tokens: list[str]) -> list[str]:
@@ -652,6 +652,49 @@ def _pairs(letter: str, truth: list[str], option: list[str]) -> str:
             seen, says = seen + ["none"] * (width - len(seen)), says + ["none"] * (width - len(says))
             parts += [f"{o}-{t} no" for o, t in zip(says, seen)]
     return f"{letter}: {'; '.join(parts)}; so {'yes' if facts == said else 'no'}."
+
+
+def _checked_facts(tokens: list[str]) -> list[str]:
+    """An answer's facts, a stated place, relation or sum kept whole: `square`, `top left`, `red`."""
+    return [t.lower() for t in tokens if t.lower() not in _FILLER and t.lower() != "there"]
+
+
+def _owners(scene: Scene, task: Task, facts: list[str]) -> list[str | None]:
+    """The kind of the shape each of the true answer's facts is about (None for kinds, relations, counts).
+
+    An attribute answer is about one shape; a spatial answer is about the first shape up to its relation
+    and about the second after it. Count and text answers name no single shape per fact.
+    """
+    if task.kind == "attribute":
+        kind = scene.shapes[task.params["shape"]].kind
+        return [None if f == kind else kind for f in facts]
+    if task.kind == "spatial":
+        a, b = scene.shapes[task.params["a"]].kind, scene.shapes[task.params["b"]].kind
+        relation = facts.index(_relation(scene, task))
+        return [None if f in (a, b) or i == relation else (a if i < relation else b) for i, f in enumerate(facts)]
+    return [None] * len(facts)
+
+
+def _checks(letter: str, truth: list[str], owners: list[str | None], option: list[str]) -> str:
+    """One check per fact: the option's fact, then the image's, keyed by the shape it is about.
+
+    "A: triangle-triangle yes; triangle bottom centre-bottom left no; triangle green-green yes; so no."
+    The image's fact is copied from the `keyed` image line, where it follows the same kind ("triangle
+    bottom left"), and each yes/no compares the two facts written just before it, so every step is a keyed
+    copy or a local comparison. Facts the option adds or leaves out are checked against `none`.
+    """
+    parts = []
+    matcher = difflib.SequenceMatcher(None, truth, option, autojunk=False)
+    for _, i1, i2, j1, j2 in matcher.get_opcodes():
+        width = min(i2 - i1, j2 - j1)  # slot by slot, then what is left over as one span against none
+        for i, said in zip(range(i1, i1 + width), option[j1 : j1 + width]):
+            key = f"{owners[i]} " if owners[i] else ""
+            parts.append(f"{key}{said}-{truth[i]} {'yes' if said == truth[i] else 'no'}")
+        said, seen = " ".join(option[j1 + width : j2]) or "none", " ".join(truth[i1 + width : i2]) or "none"
+        if said != seen:
+            key = next((f"{o} " for o in owners[i1 + width : i2] if o), "")
+            parts.append(f"{key}{said}-{seen} no")
+    return f"{letter}: {'; '.join(parts)}; so {'yes' if truth == option else 'no'}."
 
 
 def _contrast(letters: list[str], truth: list[str], tokens: list[list[str]], best: int) -> str:
@@ -703,7 +746,9 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     it ("Image: Shapes: a large red circle at the top left; …. Text: none."), then gives "diff" verdicts,
     so a judge that also learns to describe pictures writes the same description inside its reasoning;
     "keyed" gives "diff" verdicts after an image line that puts every fact right after the kind it belongs
-    to ("Image: square green, square small, square top right."), see `_keyed_phrase`.
+    to ("Image: square green, square small, square top right."), see `_keyed_phrase`; "checks" writes the
+    same image line, then checks each option fact by fact against it, each fact keyed by the shape it is
+    about ("A: square-square yes; square top left-top right no; so no."), see `_checks`.
     """
     if style not in REASONER_STYLES:
         raise ValueError(f"style must be one of {REASONER_STYLES}, got {style!r}")
@@ -716,6 +761,10 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         return f"<think>{_contrast(letters, truth, tokens, exact[0])}</think><answer>{letters[exact[0]]}</answer>"
     if style == "pairs":
         lines = [_pairs(letter, truth, t) for letter, t in zip(letters, tokens)]
+    elif style == "checks":
+        facts = _checked_facts(truth)
+        owners = _owners(scene, task, facts)
+        lines = [_checks(letter, facts, owners, _checked_facts(t)) for letter, t in zip(letters, tokens)]
     elif style == "restate":
         facts = _restated(truth)
         lines = [
@@ -734,7 +783,7 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         seen = " ".join(_facts(truth))
     elif style == "scene":  # the whole picture, worded as the describe stage words it
         seen = describe_scene(scene).split(" image. ", 1)[1].rstrip(".")
-    elif style == "keyed":
+    elif style in ("keyed", "checks"):
         seen = _seen(scene, task, _keyed_phrase)
     else:
         seen = _restated(truth) if style == "restate" else _seen(scene, task)

@@ -441,6 +441,40 @@ def test_keyed_style_puts_each_fact_right_after_its_kind_then_gives_diff_verdict
     assert out.split(". A: ", 1)[1] == diff.split(". A: ", 1)[1]
 
 
+def test_checks_style_checks_each_fact_keyed_by_the_shape_it_is_about():
+    task = Task("spatial", {"a": 0, "b": 1, "axis": "horizontal"})
+    right = "The red circle is to the left of the blue square."
+    wrong = right.replace("blue", "green")
+    out = scene_reasoner(SHAPES, task, "", [wrong, right], style="checks")
+    keyed = scene_reasoner(SHAPES, task, "", [wrong, right], style="keyed")
+    assert out.split(" A: ", 1)[0] == keyed.split(" A: ", 1)[0]  # the keyed image line
+    assert out.split(" A: ", 1)[1] == (
+        "circle red-red yes; circle-circle yes; to the left of-to the left of yes; square green-blue no; "
+        "square-square yes; so no. B: circle red-red yes; circle-circle yes; to the left of-to the left of yes; "
+        "square blue-blue yes; square-square yes; so yes.</think><answer>B</answer>"
+    )
+    attribute = Task("attribute", {"shape": 0, "attribute": "colour"})
+    answer = "The circle at the top left is red."
+    added = scene_reasoner(SHAPES, attribute, "", [answer, answer[:-1] + ", and red is cold."], style="checks")
+    assert "B: circle-circle yes; circle top left-top left yes; circle red-red yes; red cold-none no; so no." in added
+    missing = scene_reasoner(SHAPES, attribute, "", ["The circle is at the top left.", answer], style="checks")
+    assert "A: circle-circle yes; circle top left-top left yes; circle none-red no; so no." in missing
+
+
+def test_checks_style_decides_like_diff_style():
+    from data_synthesis.world import make_item, scene_negatives
+    from judge.parser import parse_choice
+
+    for index in range(150):
+        item = make_item(index, 7, image_path="x.png")
+        options = [n.text for n in scene_negatives(item, 2, random.Random(index))]
+        options.insert(index % (len(options) + 1), item.record.answer)
+        checks = scene_reasoner(item.scene, item.task, item.record.question, options, style="checks")
+        diff = scene_reasoner(item.scene, item.task, item.record.question, options, style="diff")
+        assert parse_choice(checks, len(options)) == parse_choice(diff, len(options))
+        assert checks.count("so yes.") == 1, checks
+
+
 def test_scene_style_describes_the_whole_picture_then_gives_diff_verdicts():
     task = Task("attribute", {"shape": 0, "attribute": "colour"})
     right = "The circle at the top left is red."
