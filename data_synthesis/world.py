@@ -424,7 +424,7 @@ def _phrase(scene: Scene, obj: Shape | Text) -> str:
     return f"a {obj.size} {obj.colour} {obj.kind} at the {_where(scene, obj)}"
 
 
-def _keyed_phrase(scene: Scene, obj: Shape | Text) -> str:
+def _keyed_phrase(scene: Scene, obj: Shape | Text, facts: tuple[str, ...] = ("colour", "size", "place")) -> str:
     """A shape's facts, each right after its kind: `square green, square small, square top right`.
 
     In "a small green square" the word before the colour is the size, which does not single out a shape,
@@ -434,7 +434,19 @@ def _keyed_phrase(scene: Scene, obj: Shape | Text) -> str:
     """
     if isinstance(obj, Text):
         return _phrase(scene, obj)
-    return f"{obj.kind} {obj.colour}, {obj.kind} {obj.size}, {obj.kind} {_where(scene, obj)}"
+    values = {"colour": obj.colour, "size": obj.size, "place": _where(scene, obj)}
+    return ", ".join(f"{obj.kind} {values[fact]}" for fact in facts)
+
+
+def _needed_facts(task: Task) -> tuple[str, ...]:
+    """The facts of each shape that the answer to `task` rests on: what a `checks` trace reads off the image.
+
+    An attribute answer names the shape's place and the asked attribute; a spatial one the two colours and
+    the relation, which follows from the places; a count the places of the shapes counted.
+    """
+    if task.kind == "attribute":
+        return (task.params["attribute"], "place")
+    return ("colour", "place") if task.kind == "spatial" else ("place",)
 
 
 def describe_scene(scene: Scene) -> str:
@@ -676,12 +688,14 @@ def _owners(scene: Scene, task: Task, facts: list[str]) -> list[str | None]:
 
 
 def _checks(letter: str, truth: list[str], owners: list[str | None], option: list[str]) -> str:
-    """One check per fact: the option's fact, then the image's, keyed by the shape it is about.
+    """One check per fact: the option's fact against the image's, keyed by the shape it is about.
 
-    "A: triangle-triangle yes; triangle bottom centre-bottom left no; triangle green-green yes; so no."
-    The image's fact is copied from the `keyed` image line, where it follows the same kind ("triangle
-    bottom left"), and each yes/no compares the two facts written just before it, so every step is a keyed
-    copy or a local comparison. Facts the option adds or leaves out are checked against `none`.
+    "A: triangle against triangle yes; triangle bottom centre against bottom left no; triangle green against
+    green yes; so no." The image's fact is copied from the `keyed` image line, where it follows the same
+    kind ("triangle bottom left"), and each yes/no compares the two facts written just before it, so every
+    step is a keyed copy or a local comparison. Facts the option adds or leaves out are checked against
+    `none`. The separator is a word: after "-" a tokenizer splits "green" into pieces ("g", "reen") that
+    are not the image line's token for it.
     """
     parts = []
     matcher = difflib.SequenceMatcher(None, truth, option, autojunk=False)
@@ -689,11 +703,11 @@ def _checks(letter: str, truth: list[str], owners: list[str | None], option: lis
         width = min(i2 - i1, j2 - j1)  # slot by slot, then what is left over as one span against none
         for i, said in zip(range(i1, i1 + width), option[j1 : j1 + width]):
             key = f"{owners[i]} " if owners[i] else ""
-            parts.append(f"{key}{said}-{truth[i]} {'yes' if said == truth[i] else 'no'}")
+            parts.append(f"{key}{said} against {truth[i]} {'yes' if said == truth[i] else 'no'}")
         said, seen = " ".join(option[j1 + width : j2]) or "none", " ".join(truth[i1 + width : i2]) or "none"
         if said != seen:
             key = next((f"{o} " for o in owners[i1 + width : i2] if o), "")
-            parts.append(f"{key}{said}-{seen} no")
+            parts.append(f"{key}{said} against {seen} no")
     return f"{letter}: {'; '.join(parts)}; so {'yes' if truth == option else 'no'}."
 
 
@@ -746,9 +760,10 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     it ("Image: Shapes: a large red circle at the top left; …. Text: none."), then gives "diff" verdicts,
     so a judge that also learns to describe pictures writes the same description inside its reasoning;
     "keyed" gives "diff" verdicts after an image line that puts every fact right after the kind it belongs
-    to ("Image: square green, square small, square top right."), see `_keyed_phrase`; "checks" writes the
-    same image line, then checks each option fact by fact against it, each fact keyed by the shape it is
-    about ("A: square-square yes; square top left-top right no; so no."), see `_checks`.
+    to ("Image: square green, square small, square top right."), see `_keyed_phrase`; "checks" writes that
+    image line with only the facts the answer rests on (`_needed_facts`), then checks each option fact by
+    fact against it, each fact keyed by the shape it is about ("A: square against square yes; square top
+    left against top right no; so no."), see `_checks`.
     """
     if style not in REASONER_STYLES:
         raise ValueError(f"style must be one of {REASONER_STYLES}, got {style!r}")
@@ -783,8 +798,10 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         seen = " ".join(_facts(truth))
     elif style == "scene":  # the whole picture, worded as the describe stage words it
         seen = describe_scene(scene).split(" image. ", 1)[1].rstrip(".")
-    elif style in ("keyed", "checks"):
+    elif style == "keyed":
         seen = _seen(scene, task, _keyed_phrase)
+    elif style == "checks":
+        seen = _seen(scene, task, functools.partial(_keyed_phrase, facts=_needed_facts(task)))
     else:
         seen = _restated(truth) if style == "restate" else _seen(scene, task)
     return f"<think>Image: {seen}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"

@@ -446,19 +446,23 @@ def test_checks_style_checks_each_fact_keyed_by_the_shape_it_is_about():
     right = "The red circle is to the left of the blue square."
     wrong = right.replace("blue", "green")
     out = scene_reasoner(SHAPES, task, "", [wrong, right], style="checks")
-    keyed = scene_reasoner(SHAPES, task, "", [wrong, right], style="keyed")
-    assert out.split(" A: ", 1)[0] == keyed.split(" A: ", 1)[0]  # the keyed image line
+    # The keyed image line, with only the facts the answer rests on (no sizes in a spatial answer).
+    assert out.split(" A: ", 1)[0] == (
+        "<think>Image: circle red, circle top left and square blue, square bottom right, so the circle is to "
+        "the left of the square."
+    )
     assert out.split(" A: ", 1)[1] == (
-        "circle red-red yes; circle-circle yes; to the left of-to the left of yes; square green-blue no; "
-        "square-square yes; so no. B: circle red-red yes; circle-circle yes; to the left of-to the left of yes; "
-        "square blue-blue yes; square-square yes; so yes.</think><answer>B</answer>"
+        "circle red against red yes; circle against circle yes; to the left of against to the left of yes; square green against blue no; "
+        "square against square yes; so no. B: circle red against red yes; circle against circle yes; to the left of against to the left of yes; "
+        "square blue against blue yes; square against square yes; so yes.</think><answer>B</answer>"
     )
     attribute = Task("attribute", {"shape": 0, "attribute": "colour"})
     answer = "The circle at the top left is red."
     added = scene_reasoner(SHAPES, attribute, "", [answer, answer[:-1] + ", and red is cold."], style="checks")
-    assert "B: circle-circle yes; circle top left-top left yes; circle red-red yes; red cold-none no; so no." in added
+    assert "B: circle against circle yes; circle top left against top left yes; circle red against red yes; red cold against none no; so no." in added
     missing = scene_reasoner(SHAPES, attribute, "", ["The circle is at the top left.", answer], style="checks")
-    assert "A: circle-circle yes; circle top left-top left yes; circle none-red no; so no." in missing
+    assert missing.startswith("<think>Image: circle red, circle top left. A: ")
+    assert "A: circle against circle yes; circle top left against top left yes; circle none against red no; so no." in missing
 
 
 def test_checks_style_decides_like_diff_style():
