@@ -424,7 +424,7 @@ def _phrase(scene: Scene, obj: Shape | Text) -> str:
     return f"a {obj.size} {obj.colour} {obj.kind} at the {_where(scene, obj)}"
 
 
-def _keyed_phrase(scene: Scene, obj: Shape | Text, facts: tuple[str, ...] = ("colour", "size", "place")) -> str:
+def _keyed_phrase(scene: Scene, obj: Shape | Text) -> str:
     """A shape's facts, each right after its kind: `square green, square small, square top right`.
 
     In "a small green square" the word before the colour is the size, which does not single out a shape,
@@ -434,19 +434,7 @@ def _keyed_phrase(scene: Scene, obj: Shape | Text, facts: tuple[str, ...] = ("co
     """
     if isinstance(obj, Text):
         return _phrase(scene, obj)
-    values = {"colour": obj.colour, "size": obj.size, "place": _where(scene, obj)}
-    return ", ".join(f"{obj.kind} {values[fact]}" for fact in facts)
-
-
-def _needed_facts(task: Task) -> tuple[str, ...]:
-    """The facts of each shape that the answer to `task` rests on: what a `checks` trace reads off the image.
-
-    An attribute answer names the shape's place and the asked attribute; a spatial one the two colours and
-    the relation, which follows from the places; a count the places of the shapes counted.
-    """
-    if task.kind == "attribute":
-        return (task.params["attribute"], "place")
-    return ("colour", "place") if task.kind == "spatial" else ("place",)
+    return f"{obj.kind} {obj.colour}, {obj.kind} {obj.size}, {obj.kind} {_where(scene, obj)}"
 
 
 def describe_scene(scene: Scene) -> str:
@@ -760,9 +748,8 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     it ("Image: Shapes: a large red circle at the top left; …. Text: none."), then gives "diff" verdicts,
     so a judge that also learns to describe pictures writes the same description inside its reasoning;
     "keyed" gives "diff" verdicts after an image line that puts every fact right after the kind it belongs
-    to ("Image: square green, square small, square top right."), see `_keyed_phrase`; "checks" writes that
-    image line with only the facts the answer rests on (`_needed_facts`), then checks each option fact by
-    fact against it, each fact keyed by the shape it is about ("A: square against square yes; square top
+    to ("Image: square green, square small, square top right."), see `_keyed_phrase`; "checks" writes the
+    same image line, then checks each option fact by fact against it, each fact keyed by the shape it is about ("A: square against square yes; square top
     left against top right no; so no."), see `_checks`.
     """
     if style not in REASONER_STYLES:
@@ -798,10 +785,8 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         seen = " ".join(_facts(truth))
     elif style == "scene":  # the whole picture, worded as the describe stage words it
         seen = describe_scene(scene).split(" image. ", 1)[1].rstrip(".")
-    elif style == "keyed":
+    elif style in ("keyed", "checks"):
         seen = _seen(scene, task, _keyed_phrase)
-    elif style == "checks":
-        seen = _seen(scene, task, functools.partial(_keyed_phrase, facts=_needed_facts(task)))
     else:
         seen = _restated(truth) if style == "restate" else _seen(scene, task)
     return f"<think>Image: {seen}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"

