@@ -8,11 +8,15 @@ and after GRPO. Prints one JSON line; saves loss and reward curves as PNG beside
     python benchmarks/learning_curve.py --out runs/learning_curve
 
 The judge prompt is the compact one (`COMPACT_PROMPT`): the model is tiny and the CPU slow, so every
-prompt token costs steps; the recipe is otherwise the real one. `vision_sensitivity` in the JSON line says
-whether the judge's image features still depend on the picture (see `tiny_recipe.vision_sensitivity`);
-`--vision-warmup-steps N` runs the perception warm-up (`training.vision_warmup`) first and then freezes
-the vision tower, `--describe-share` mixes image → description examples into the SFT data, and `--shaded`
-draws each grid cell of the world on its own background (`data_synthesis.world.Scene.shaded`).
+prompt token costs steps; the recipe is otherwise the real one. What the defaults add for a judge that has
+never seen a picture (README, "Training a judge"): the world is shaded, each grid cell on its own
+background, so positions show in the pixels (`--no-shaded`: white); a perception warm-up of the vision
+tower, with a head for each token's cell, runs first and the tower is then frozen
+(`--vision-warmup-steps`, `training.vision_warmup`); and the traces are `checks` traces, the picture's
+facts keyed by shape, then every option checked fact by fact (`--reasoner-style`,
+`data_synthesis.world.scene_reasoner`). `vision_sensitivity` in the JSON line says whether the judge's
+image features still depend on the picture (see `tiny_recipe.vision_sensitivity`); `--describe-share`
+mixes image → description examples into the SFT data.
 
 Accuracy counts an item the judge could not decide (no parsable answer in either order) as a coin flip,
 0.5, so an untrained judge that never answers scores chance; `heldout_accuracy_strict` counts it as wrong.
@@ -112,15 +116,17 @@ def main() -> None:
     parser.add_argument(
         "--shaded",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="draw each grid cell on its own background, so positions show in the pixels (Scene.shaded)",
+        default=True,
+        help="draw each grid cell on its own background, so positions show in the pixels (Scene.shaded); "
+        "--no-shaded: white pictures",
     )
     parser.add_argument("--max-options", type=int, default=2)
     parser.add_argument(
         "--reasoner-style",
-        default="diff",
-        help="scene reasoner layout: diff (default), restate, contrast (near 0.74), pairs (0.775, consistency 0.83), "
-        "scene (the whole picture described first) or keyed (each fact right after its shape's kind)",
+        default="checks",
+        help="scene reasoner layout: checks (the default), diff, restate, contrast (near 0.74), pairs (0.775, consistency 0.83), "
+        "scene (the whole picture described first), keyed (each fact right after its shape's kind) or checks "
+        "(the keyed image line, then each option checked fact by fact)",
     )
     parser.add_argument(
         "--describe-share", type=float, default=0.0, help="share of SFT examples that ask for the image's description"
@@ -128,15 +134,15 @@ def main() -> None:
     parser.add_argument("--val-fraction", type=float, default=0.08)
     parser.add_argument("--heldout-n", type=int, default=200)
     parser.add_argument("--sft-steps", type=int, default=1500)
-    parser.add_argument("--sft-lr", type=float, default=3e-3)
+    parser.add_argument("--sft-lr", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--grpo-steps", type=int, default=20)
     parser.add_argument("--grpo-lr", type=float, default=5e-5)
     parser.add_argument(
         "--vision-warmup-steps",
         type=int,
-        default=0,
-        help="perception warm-up steps before SFT (training.vision_warmup, e.g. 200); 0: none (the default)",
+        default=1500,
+        help="perception warm-up steps before SFT (training.vision_warmup), then the tower is frozen; 0: none",
     )
     parser.add_argument(
         "--train-vision",
@@ -233,6 +239,10 @@ def main() -> None:
         "call_accuracy": round(final["call_accuracy"], 4),
         "unparsed_calls": final["unparsed_calls"],
         "vision_warmup_steps": warmup["steps"],
+        # The warm-up heads' token accuracies on its last batch (kind, colour, size, cell).
+        "vision_warmup_accuracy": {
+            k.removesuffix("_accuracy"): v for k, v in warmup.items() if k.endswith("_accuracy")
+        },
         "vision_warmup_s": warmup["wall_s"],
         "vision_frozen": freeze_vision,
         "sft_steps": args.sft_steps,

@@ -749,8 +749,8 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     so a judge that also learns to describe pictures writes the same description inside its reasoning;
     "keyed" gives "diff" verdicts after an image line that puts every fact right after the kind it belongs
     to ("Image: square green, square small, square top right."), see `_keyed_phrase`; "checks" writes the
-    same image line, then checks each option fact by fact against it, each fact keyed by the shape it is about ("A: square against square yes; square top
-    left against top right no; so no."), see `_checks`.
+    same image line, then checks each option fact by fact against it, each fact keyed by the shape it is
+    about ("A: square against square yes; square top left against top right no; so no."), see `_checks`.
     """
     if style not in REASONER_STYLES:
         raise ValueError(f"style must be one of {REASONER_STYLES}, got {style!r}")

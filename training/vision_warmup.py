@@ -13,9 +13,10 @@ cell under the token (kind, colour and size, or empty), trained with the vision 
 are then dropped. Judge SFT afterwards keeps the tower fixed (`freeze_vision=true`, as the 7B recipes do).
 On the learning benchmark (200 steps, 35 s) the judge then described held-out pictures right (kind 0.89,
 colour 0.90, size 0.93 with image → description examples in SFT), but its held-out judging accuracy did
-not rise (README, "Training a judge"): it is off by default there. `cell_head` adds a head for the token's
-grid cell; on the shaded world it let the judge name the asked shape's cell (0.85 of attribute questions
-against 0.11 without it, in a probe with the `keyed` image line).
+not rise until its traces were `checks` traces (README, "Training a judge"); with them the benchmark runs
+1,500 warm-up steps by default (0.85 held-out; 200 and 600 steps scored lower). `cell_head` adds
+a head for the token's grid cell; on the shaded world it let the judge name the asked shape's cell (0.85
+of attribute questions against 0.11 without it, in a probe with the `keyed` image line).
 
     from training.vision_warmup import VisionWarmupConfig, warm_up_vision
     warm_up_vision("runs/untrained", rows, image_root="runs/data", out_dir="runs/seeing", config=VisionWarmupConfig())
