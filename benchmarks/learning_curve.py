@@ -124,9 +124,9 @@ def main() -> None:
     parser.add_argument(
         "--reasoner-style",
         default="checks",
-        help="scene reasoner layout: checks (the default), diff, restate, contrast (near 0.74), pairs (0.775, consistency 0.83), "
-        "scene (the whole picture described first), keyed (each fact right after its shape's kind) or checks "
-        "(the keyed image line, then each option checked fact by fact)",
+        help="scene reasoner layout: checks (the default: the keyed image line, then each option checked fact by "
+        "fact), diff, restate, contrast (near 0.74), pairs (0.775, consistency 0.83), scene (the whole picture "
+        "described first) or keyed (each fact right after its shape's kind, then diff verdicts)",
     )
     parser.add_argument(
         "--describe-share", type=float, default=0.0, help="share of SFT examples that ask for the image's description"

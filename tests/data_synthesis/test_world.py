@@ -448,10 +448,10 @@ def test_checks_style_checks_each_fact_keyed_by_the_shape_it_is_about():
     out = scene_reasoner(SHAPES, task, "", [wrong, right], style="checks")
     keyed = scene_reasoner(SHAPES, task, "", [wrong, right], style="keyed")
     assert out.split(" A: ", 1)[0] == keyed.split(" A: ", 1)[0]  # the keyed image line
+    first = "circle red against red yes; circle against circle yes; to the left of against to the left of yes"
     assert out.split(" A: ", 1)[1] == (
-        "circle red against red yes; circle against circle yes; to the left of against to the left of yes; square green against blue no; "
-        "square against square yes; so no. B: circle red against red yes; circle against circle yes; to the left of against to the left of yes; "
-        "square blue against blue yes; square against square yes; so yes.</think><answer>B</answer>"
+        f"{first}; square green against blue no; square against square yes; so no. "
+        f"B: {first}; square blue against blue yes; square against square yes; so yes.</think><answer>B</answer>"
     )
     attribute = Task("attribute", {"shape": 0, "attribute": "colour"})
     answer = "The circle at the top left is red."
