@@ -11,15 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
 def test_learning_benchmark_prints_its_figures_and_saves_the_curves(tmp_path):
     out = tmp_path / "lc"
-    budgets = "--world-n 60 --heldout-n 8 --sft-steps 4 --grpo-steps 2 --batch-size 4 --vision-warmup-steps 2"
+    budgets = "--world-n 60 --val-fraction 0.25 --heldout-n 8 --vision-warmup-steps 2 --sft-steps 4 --grpo-steps 2"
+    budgets += " --batch-size 4"
     proc = subprocess.run(
         [sys.executable, "benchmarks/learning_curve.py", "--out", str(out), *budgets.split()],
         cwd=ROOT,
