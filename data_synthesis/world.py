@@ -629,8 +629,14 @@ def _restated(tokens: list[str]) -> str:
 REASONER_STYLES = ("diff", "restate", "contrast", "pairs", "scene", "keyed", "checks")
 
 
+def _checked_facts(tokens: list[str]) -> list[str]:
+    """An answer's facts, a stated place, relation or sum kept whole: `square`, `top left`, `red`."""
+    return [t.lower() for t in tokens if t.lower() not in _FILLER and t.lower() != "there"]
+
+
 def _facts(tokens: list[str]) -> list[str]:
-    return [t for t in _restated(tokens).split() if t != "there"]
+    """The same facts, one word each (`top left` → `top`, `left`), as the `pairs` style compares them."""
+    return " ".join(_checked_facts(tokens)).split()
 
 
 def _pairs(letter: str, truth: list[str], option: list[str]) -> str:
@@ -652,11 +658,6 @@ def _pairs(letter: str, truth: list[str], option: list[str]) -> str:
             seen, says = seen + ["none"] * (width - len(seen)), says + ["none"] * (width - len(says))
             parts += [f"{o}-{t} no" for o, t in zip(says, seen)]
     return f"{letter}: {'; '.join(parts)}; so {'yes' if facts == said else 'no'}."
-
-
-def _checked_facts(tokens: list[str]) -> list[str]:
-    """An answer's facts, a stated place, relation or sum kept whole: `square`, `top left`, `red`."""
-    return [t.lower() for t in tokens if t.lower() not in _FILLER and t.lower() != "there"]
 
 
 def _owners(scene: Scene, task: Task, facts: list[str]) -> list[str | None]:
