@@ -14,7 +14,10 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["ImageLoadError", "image_to_data_url", "load_image"]
+__all__ = ["ImageLoadError", "fit_pixels", "fitted_size", "image_to_data_url", "load_image"]
+
+# Qwen2.5-VL's patch (14) times its spatial merge (2): the processor's resized sides are multiples of this.
+QWEN_FACTOR = 28
 
 
 class ImageLoadError(ValueError):
@@ -72,3 +75,46 @@ def image_to_data_url(image: Image.Image, fmt: str = "PNG") -> str:
     buffer = io.BytesIO()
     image.save(buffer, format=fmt)
     return f"data:image/{fmt.lower()};base64,{base64.b64encode(buffer.getvalue()).decode('ascii')}"
+
+
+def fitted_size(
+    width: int, height: int, *, min_pixels: int | None = None, max_pixels: int | None = None, factor: int = QWEN_FACTOR
+) -> tuple[int, int]:
+    """The (width, height) Qwen2.5-VL's processor gives an image under `min_pixels` / `max_pixels`.
+
+    Qwen's rule (`smart_resize`): aspect kept, sides rounded to multiples of `factor`, area inside the range.
+    We call transformers' copy of it, from the PIL image processor: `qwen_vl_utils` has the same rule but
+    imports torchvision at module level, which cannot be imported beside CPU builds of torch.
+
+    >>> fitted_size(1600, 1200, max_pixels=200_704)
+    (504, 364)
+    >>> fitted_size(84, 84)
+    (84, 84)
+    """
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    height_out, width_out = smart_resize(
+        height, width, factor=factor, min_pixels=min_pixels or 0, max_pixels=max_pixels or 2**62
+    )
+    return width_out, height_out
+
+
+def fit_pixels(
+    image: Image.Image, *, min_pixels: int | None = None, max_pixels: int | None = None, factor: int = QWEN_FACTOR
+) -> Image.Image:
+    """`image` resized to Qwen's size for the pixel range when its area is outside it; else `image` itself.
+
+    Shrinking before an image is sent or batched is what keeps a 12-megapixel photo from becoming ~16k
+    visual tokens; an image already inside the range is left alone (no resampling, no re-encoding), and the
+    model's processor then only rounds its sides. Unset bounds mean no bound.
+
+    >>> fit_pixels(Image.new("RGB", (1600, 1200)), max_pixels=200_704).size
+    (504, 364)
+    >>> fit_pixels(Image.new("RGB", (100, 80)), max_pixels=200_704).size
+    (100, 80)
+    """
+    area = image.width * image.height
+    if (max_pixels is None or area <= max_pixels) and (min_pixels is None or area >= min_pixels):
+        return image
+    size = fitted_size(image.width, image.height, min_pixels=min_pixels, max_pixels=max_pixels, factor=factor)
+    return image.resize(size, Image.Resampling.BICUBIC)
