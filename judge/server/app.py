@@ -2,7 +2,14 @@
 
 Routes only adapt wire formats (`judge.server.limits`) to the reward engine (`judge.rewarding`); the judge,
 the config, the metrics and the batcher live on `app.state`. Every refusal is a 4xx JSON envelope
-`{"error": {"message", "field", "type"}}`; the worker survives any request.
+`{"error": {"message", "field", "type"}}`; the worker survives any request, and an unexpected failure is a
+500 envelope that leaves the connection usable.
+
+A request's life: the body is read against a deadline (408) and a size cap (413), parsed off the event loop
+(every string checked as UTF-8), its images read only as far as their headers (format allow-list, pixel
+budget), its judge work counted (`max_request_items`, 413); only then are the images decoded (shrunk to
+`max_pixels` as they are) and the work queued. A request that times out or whose client goes away gives
+its work up; the batch it was in stops at its next backend call once nobody waits for it.
 
     app = create_app(Judge(make_backend("runs/judge"), JudgeConfig(orders=2)), ServerConfig(port=8000))
     uvicorn.run(app, host="127.0.0.1", port=8000)
@@ -18,8 +25,11 @@ revision of a request in flight; new revisions are hot-loaded by the batch worke
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -30,17 +40,18 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from judge.adapters.pool import AdapterPool
 from judge.adapters.store import AdapterStore, AdapterStoreError, BaseMismatchError, Revision
 from judge.judging import Judge
 from judge.rewarding import RewardRequest, RewardResult, compute_rewards
-from judge.server.batching import Batcher, JobTimeout, QueueFull, ShuttingDown
+from judge.server.batching import Batcher, BatchStopped, JobTimeout, QueueFull, ShuttingDown
 from judge.server.config import ServerConfig
+from judge.server.errors import WireError
 from judge.server.limits import (
     GetRewardBatch,
-    WireError,
     check_api_key,
     parse_get_reward_body,
     parse_json,
@@ -48,13 +59,16 @@ from judge.server.limits import (
     parse_reward_body,
 )
 from judge.server.metrics import Metrics
+from judge.server.wire_images import PendingImage, decode_pending
 from judge.types import MCItem, Verdict
 
-__all__ = ["create_app", "reward_cost"]
+__all__ = ["create_app", "plan_items", "reward_cost"]
 
 log = logging.getLogger("mrjudge.server")
 
 ENDPOINTS = ("/v1/judge", "/v1/reward", "/get_reward", "/health", "/metrics", "/v1/adapters")
+CANCEL_GRACE_S = 1.5
+"""Of the shutdown grace, what the batcher gets after uvicorn's drain to finish or cancel queued work."""
 UNGRADED_REWARD = 0.5
 """Reward for a lone response with nothing to compare it with: neither good nor bad."""
 
@@ -84,12 +98,50 @@ def reward_cost(request: RewardRequest) -> int:
     return g * (g - 1) // 2 if request.tournament == "round_robin" else g - 1
 
 
+def plan_items(requests: list[RewardRequest]) -> int:
+    """MC items the reward planner will put in front of the judge for `requests` (the work budget's unit).
+
+    The one place the server asks the planner for a cost, so a new planner only changes this function.
+    """
+    return sum(reward_cost(r) for r in requests)
+
+
+class _StoppableBackend:
+    """The judge's backend behind a check: once `stop` is set, the next call raises `BatchStopped`.
+
+    The judge calls its backend once per chunk of `batch_size` items (and once per knock-out round), so an
+    abandoned batch ends at its next chunk boundary. Every other attribute is the backend's own.
+    """
+
+    def __init__(self, backend: Any, stop: threading.Event) -> None:
+        self._backend = backend
+        self._stop = stop
+
+    def generate(self, requests: Any, params: Any) -> Any:
+        if self._stop.is_set():
+            raise BatchStopped("every request of this batch was given up")
+        return self._backend.generate(requests, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+def stoppable(judge: Judge, stop: threading.Event) -> Judge:
+    """`judge` with its backend behind `stop` (a shallow copy: config, adapter and weights are shared)."""
+    guarded = copy.copy(judge)
+    guarded.backend = _StoppableBackend(judge.backend, stop)
+    return guarded
+
+
 def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = None):
     """The batcher's `run_batch`: per adapter, all reward requests of a batch in one `compute_rewards` and
     all items in one `select` (the engine batches each call to the backend). Adapters a batch needs are
     loaded here, on the worker thread, so loading never races a generation."""
 
-    def run_batch(payloads: list[JudgeWork | RewardWork]) -> list[list[Verdict] | list[RewardResult]]:
+    def run_batch(
+        payloads: list[JudgeWork | RewardWork], stop: threading.Event | None = None
+    ) -> list[list[Verdict] | list[RewardResult]]:
+        base = judge if stop is None else stoppable(judge, stop)
         groups: dict[str | None, list[int]] = {}
         for index, payload in enumerate(payloads):
             groups.setdefault(payload.adapter.ref if payload.adapter else None, []).append(index)
@@ -97,9 +149,9 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
         for indices in groups.values():
             adapter = payloads[indices[0]].adapter
             if adapter is not None and pool is not None:
-                adapter_judge = judge.with_adapter(pool.ensure_loaded(adapter))
+                adapter_judge = base.with_adapter(pool.ensure_loaded(adapter))
             else:
-                adapter_judge = judge
+                adapter_judge = base
             for index, result in zip(indices, run_group(adapter_judge, [payloads[i] for i in indices])):
                 out[index] = result
         return out
@@ -125,6 +177,40 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
 
 def _error_response(error: WireError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+class ContainErrors:
+    """Any exception a request raises becomes a 500 envelope here, and goes no further.
+
+    Starlette's own last-resort handler re-raises after answering, and uvicorn then closes the connection,
+    so the client's next request on it is reset; answered here, the connection stays usable.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except ClientDisconnect:
+            return
+        except Exception as exc:  # noqa: BLE001 - the last line: log it, answer 500, keep the connection
+            log.exception("unexpected error on %s", scope.get("path", ""))
+            self.metrics.error("internal")
+            if not started:
+                response = _error_response(WireError(500, "", f"internal error ({type(exc).__name__})", "internal"))
+                await response(scope, receive, send)
 
 
 class MetricsMiddleware:
@@ -154,8 +240,9 @@ class MetricsMiddleware:
             self.metrics.request(path if path in ENDPOINTS else "other", status, time.perf_counter() - start)
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The raw body, refused (413) as soon as it is known to exceed `max_bytes`."""
+async def read_body(request: Request, max_bytes: int, timeout_s: float | None = None) -> bytes:
+    """The raw body, refused (413) as soon as it is known to exceed `max_bytes`, and (408) when it has not
+    all arrived within `timeout_s` (a client sending a byte every few seconds holds nothing for long)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -164,12 +251,28 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             raise WireError(400, "Content-Length", "not an integer", "invalid_request") from None
         if size > max_bytes:
             raise WireError(413, "body", f"{size} bytes is above max_body_bytes ({max_bytes})", "too_large")
-    chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > max_bytes:
-            raise WireError(413, "body", f"more than max_body_bytes ({max_bytes}) bytes", "too_large")
-        chunks.append(chunk)
+    chunks: list[bytes] = []
+
+    async def receive_all() -> None:
+        total = 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > max_bytes:
+                raise WireError(413, "body", f"more than max_body_bytes ({max_bytes}) bytes", "too_large")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(receive_all(), timeout_s)
+    except asyncio.TimeoutError:
+        raise WireError(
+            408,
+            "body",
+            f"the body did not arrive within body_timeout_s ({timeout_s:g} s)",
+            "timeout",
+            {"Connection": "close"},
+        ) from None
+    except ClientDisconnect:
+        raise WireError(400, "body", "the client went away while sending the body", "client_disconnected") from None
     return b"".join(chunks)
 
 
@@ -219,17 +322,65 @@ def adapter_lease(pool: AdapterPool | None, body: dict[str, Any]) -> Iterator[Re
         yield revision
 
 
-async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int) -> Any:
-    """Queue `work` for the judge; the batcher's refusals become 503 / 504 envelopes."""
+def decode_images(work: JudgeWork | RewardWork, max_pixels: int | None) -> None:
+    """Replace the work's `PendingImage`s with pixels, each distinct one decoded once, shrunk as decoded."""
+    decoded: dict[int, Any] = {}
+
+    def pixels(ref: Any) -> Any:
+        if not isinstance(ref, PendingImage):
+            return ref
+        if id(ref) not in decoded:
+            decoded[id(ref)] = decode_pending(ref, max_pixels=max_pixels)
+        return decoded[id(ref)]
+
+    if isinstance(work, JudgeWork):
+        for item in work.items:
+            item.image = [pixels(r) for r in item.image] if isinstance(item.image, list) else pixels(item.image)
+    else:
+        for reward_request in work.requests:
+            reward_request.images = [pixels(r) for r in reward_request.images]
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes its connection (the body has been read, so nothing else arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # a stray empty body message: keep listening
+
+
+async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, field: str) -> Any:
+    """Check the work budget, decode the images, queue `work` for the judge and wait for it while
+    watching the client; the batcher's refusals become 503 / 504 envelopes."""
     state = request.app.state
+    config: ServerConfig = state.config
+    if cost > config.max_request_items:
+        raise WireError(
+            413,
+            field,
+            f"this request expands to {cost} judge items, above max_request_items ({config.max_request_items}); "
+            "split it, or send smaller groups",
+            "too_large",
+        )
+    await run_in_threadpool(decode_images, work, getattr(state.judge.config, "max_pixels", None) or config.max_pixels)
+    job = asyncio.ensure_future(state.batcher.submit(work, cost, config.request_timeout_s))
+    watch = asyncio.ensure_future(_disconnected(request))
     try:
-        return await state.batcher.submit(work, cost, state.config.request_timeout_s)
+        await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not job.done():
+            job.cancel()  # the client went away, or this handler was cancelled (shutdown): give the work up
+            state.metrics.cancelled("disconnect" if watch.done() and not watch.cancelled() else "shutdown")
+    if not job.done() or job.cancelled():
+        raise WireError(499, "", "the client closed the connection; its work was cancelled", "client_disconnected")
+    try:
+        return job.result()
     except QueueFull as exc:
         raise WireError(503, "", f"{exc}; retry later", "overloaded", {"Retry-After": str(exc.retry_after_s)}) from None
-    except ShuttingDown as exc:
+    except (ShuttingDown, BatchStopped) as exc:
         raise WireError(503, "", str(exc), "shutting_down", {"Retry-After": "5"}) from None
     except JobTimeout as exc:
-        raise WireError(504, "", f"{exc} (request_timeout_s)", "timeout") from None
+        state.metrics.cancelled("timeout")
+        raise WireError(504, "", f"{exc} (request_timeout_s); its remaining work was cancelled", "timeout") from None
     except ValueError as exc:  # DataError, ImageLoadError: the request, not the server
         raise WireError(422, "", str(exc), "invalid_request") from None
 
@@ -267,6 +418,7 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
             max_wait_ms=config.max_wait_ms,
             max_queue=config.max_queue,
             on_batch=metrics.batch,
+            on_stopped=metrics.batch_stopped,
         )
         metrics.queue_depth = lambda: batcher.depth
         app.state.batcher = batcher
@@ -274,14 +426,17 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         try:
             yield
         finally:
-            await batcher.stop()  # uvicorn has let in-flight requests finish; finish anything still queued
+            # uvicorn has drained (or, past its graceful timeout, cancelled) the requests; what is left of the
+            # shutdown grace goes to finishing queued work, then the rest is cancelled.
+            await batcher.stop(timeout_s=CANCEL_GRACE_S)
 
     app = FastAPI(title="mr-judge reward server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.judge = judge
     app.state.config = config
     app.state.metrics = metrics
     app.state.adapters = pool
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(ContainErrors, metrics=metrics)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts the 500s ContainErrors writes
 
     @app.exception_handler(WireError)
     async def wire_error(request: Request, exc: WireError) -> JSONResponse:
@@ -294,28 +449,32 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         metrics.error(kind)
         return _error_response(WireError(exc.status_code, "", str(exc.detail), kind, exc.headers))
 
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
-        metrics.error("internal")
-        return _error_response(WireError(500, "", f"internal error ({type(exc).__name__})", "internal"))
-
     async def authorized(request: Request) -> None:
         check_api_key(request.headers.get("authorization"), config.api_key)
 
     async def json_body(request: Request) -> dict[str, Any]:
-        return parse_json(await read_body(request, config.max_body_bytes))
+        raw = await read_body(request, config.max_body_bytes, config.body_timeout_s)
+        return await run_in_threadpool(parse_json, raw)  # a large body must not stall the event loop
 
     @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
+    async def health(request: Request) -> JSONResponse:
         batcher = request.app.state.batcher
-        return {
-            "status": "ok",
+        running_s = batcher.running_for_s
+        stalled = running_s > config.request_timeout_s
+        body = {
+            "status": "degraded" if stalled else "ok",
             "backend": getattr(judge.backend, "name", type(judge.backend).__name__),
             "queue_depth": batcher.depth,
+            "batch_running_s": round(running_s, 3),
             "max_batch_items": config.max_batch_items,
             "max_candidates": config.max_candidates,
         }
+        if stalled:
+            body["reason"] = (
+                f"the judge has been on one batch for {running_s:.0f} s, longer than request_timeout_s "
+                f"({config.request_timeout_s:g} s)"
+            )
+        return JSONResponse(body, status_code=503 if stalled else 200)
 
     @app.get("/metrics", dependencies=[Depends(authorized)])
     async def get_metrics() -> PlainTextResponse:
@@ -327,7 +486,7 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         body = await json_body(request)
         with adapter_lease(pool, body) as adapter:
             items = await run_in_threadpool(parse_judge_body, body, config)
-            done = await _submit(request, JudgeWork(items, adapter), len(items))
+            done = await _submit(request, JudgeWork(items, adapter), len(items), "items")
         return {"verdicts": [v.to_dict() for v in done.result], **_model(adapter), "timing": _timing(start, done)}
 
     @app.post("/v1/reward", dependencies=[Depends(authorized)])
@@ -336,7 +495,8 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         body = await json_body(request)
         with adapter_lease(pool, body) as adapter:
             reward_request = await run_in_threadpool(parse_reward_body, body, config)
-            done = await _submit(request, RewardWork([reward_request], adapter), reward_cost(reward_request))
+            work = RewardWork([reward_request], adapter)
+            done = await _submit(request, work, plan_items([reward_request]), "responses")
         [result] = done.result
         return {
             "rewards": result.rewards,
@@ -416,7 +576,7 @@ async def _openrlhf_rewards(
     timing = {"queue_ms": 0.0, "judge_ms": 0.0, "total_ms": 0.0}
     if judged:
         requests = [r for _, r in judged]
-        done = await _submit(request, RewardWork(requests, adapter), sum(reward_cost(r) for r in requests))
+        done = await _submit(request, RewardWork(requests, adapter), plan_items(requests), "query")
         for (members, _), result in zip(judged, done.result):
             for i, reward in zip(members, result.rewards):
                 rewards[i] = reward

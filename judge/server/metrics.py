@@ -65,6 +65,8 @@ class Metrics:
         self.requests: dict[tuple[str, str], int] = defaultdict(int)
         self.errors: dict[str, int] = defaultdict(int)
         self.judgments = 0
+        self.cancelled_requests: dict[str, int] = defaultdict(int)
+        self.stopped_batches = 0
         self.batch_items = Histogram(BATCH_BUCKETS)
         self.batch_requests = Histogram(BATCH_BUCKETS)
         self.latency: dict[str, Histogram] = {}
@@ -78,6 +80,15 @@ class Metrics:
     def error(self, kind: str) -> None:
         with self._lock:
             self.errors[kind] += 1
+
+    def cancelled(self, reason: str) -> None:
+        """A request whose work was given up: `timeout`, `disconnect` (the client left) or `shutdown`."""
+        with self._lock:
+            self.cancelled_requests[reason] += 1
+
+    def batch_stopped(self) -> None:
+        with self._lock:
+            self.stopped_batches += 1
 
     def batch(self, n_requests: int, n_items: int) -> None:
         with self._lock:
@@ -101,6 +112,15 @@ class Metrics:
             for kind, n in sorted(self.errors.items()):
                 out.append(f"mrjudge_errors_total{_labels([('kind', kind)])} {n}")
             out += [
+                "# HELP mrjudge_cancelled_requests_total Requests whose work was given up, by reason.",
+                "# TYPE mrjudge_cancelled_requests_total counter",
+            ]
+            for reason, n in sorted(self.cancelled_requests.items()):
+                out.append(f"mrjudge_cancelled_requests_total{_labels([('reason', reason)])} {n}")
+            out += [
+                "# HELP mrjudge_stopped_batches_total Judge batches stopped early: nobody waited for them.",
+                "# TYPE mrjudge_stopped_batches_total counter",
+                f"mrjudge_stopped_batches_total {self.stopped_batches}",
                 "# HELP mrjudge_judgments_total MC items judged.",
                 "# TYPE mrjudge_judgments_total counter",
                 f"mrjudge_judgments_total {self.judgments}",
