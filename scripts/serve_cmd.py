@@ -1,7 +1,7 @@
 """`mrjudge serve`: the judge as an HTTP reward model (FastAPI + uvicorn) over any backend.
 
     mrjudge serve --model runs/judge                                   # 127.0.0.1:8000, no key
-    mrjudge serve --model runs/judge --host 0.0.0.0 --api-key "$KEY"   # or MRJUDGE_SERVER_API_KEY=...
+    MRJUDGE_SERVER_API_KEY=... mrjudge serve --model runs/judge --host 0.0.0.0   # or --api-key-file FILE
     mrjudge serve --model http://127.0.0.1:8001/v1 --server-config serve.yaml --max-batch-items 64
     mrjudge serve --model runs/tiny-judge --adapter-store runs/adapters   # requests name "model": "judge@prod"
     curl -s 127.0.0.1:8000/v1/reward -H 'Content-Type: application/json' \
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -49,6 +48,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     server = parser.add_argument_group("server (ServerConfig fields)")
     for f in _server_fields():
+        if isinstance(f.default, bool):
+            server.add_argument(
+                f"--{f.name.replace('_', '-')}",
+                dest=SERVER_FLAGS_DEST + f.name,
+                action="store_const",
+                const=True,
+                help=f.metadata.get("help", ""),
+            )
+            continue
         kind = type(f.default) if f.default is not None else str
         server.add_argument(
             f"--{f.name.replace('_', '-')}",
@@ -84,28 +92,34 @@ def server_config_from(args: argparse.Namespace) -> Any:
     if args.no_batching:
         overrides["max_batch_items"] = 1
     try:
-        if "api_key" not in config_values(ServerConfig, args.server_config, overrides) and os.environ.get(API_KEY_ENV):
+        given = config_values(ServerConfig, args.server_config, overrides)
+        if given.get("api_key") is None and given.get("api_key_file") is None and os.environ.get(API_KEY_ENV):
             overrides["api_key"] = os.environ[API_KEY_ENV]
         return config_from_yaml(ServerConfig, args.server_config, overrides)
     except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from exc
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from judge.backends import make_backend
     from judge.judging import Judge
     from judge.server import create_app
+    from judge.server.config import API_KEY_ENV, is_loopback
+    from judge.server.run import run_server
 
-    server_config = server_config_from(args)
+    server_config = server_config_from(args)  # refuses a network address without a key, before any loading
+    if getattr(args, SERVER_FLAGS_DEST + "api_key", None):
+        print(
+            f"warning: --api-key is visible to every user of this machine (`ps`); use ${API_KEY_ENV} or "
+            "--api-key-file FILE",
+            file=sys.stderr,
+        )
+    if server_config.api_key is None and not is_loopback(server_config.host):
+        print(
+            f"WARNING: --allow-unauthenticated: serving {server_config.host}:{server_config.port} WITHOUT an API "
+            "key; anyone who can reach the port can use the judge",
+            file=sys.stderr,
+        )
     judge_config = judge_config_from(args)
     if args.batch_size is None:
         # One server batch should be one backend call; the judge's default (8 items) would split it.
@@ -123,18 +137,6 @@ def run(args: argparse.Namespace) -> int:
     except (ImportError, OSError, ValueError) as exc:
         print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
         return 2
-    if not _is_loopback(server_config.host) and server_config.api_key is None:
-        print(
-            f"warning: serving on {server_config.host} without an API key; anyone who can reach the port can use "
-            "the judge (set --api-key or $MRJUDGE_SERVER_API_KEY)",
-            file=sys.stderr,
-        )
     app = create_app(Judge(engine, judge_config), server_config)
-    uvicorn.run(
-        app,
-        host=server_config.host,
-        port=server_config.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=int(server_config.request_timeout_s) + 5,
-    )
+    run_server(app, server_config, log_level=args.log_level)
     return 0

@@ -45,6 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from judge.adapters.pool import AdapterPool
 from judge.adapters.store import AdapterStore, AdapterStoreError, BaseMismatchError, Revision
+from judge.images import fitted_size
 from judge.judging import Judge
 from judge.rewarding import RewardRequest, RewardResult, compute_rewards
 from judge.server.batching import Batcher, BatchStopped, JobTimeout, QueueFull, ShuttingDown
@@ -365,12 +366,19 @@ async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, fie
     watch = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # uvicorn cancels handlers still running when its graceful shutdown times out; answered here, the
+        # client is told to retry elsewhere (uvicorn would write a bare 500).
+        job.cancel()
+        state.metrics.cancelled("shutdown")
+        raise WireError(503, "", "the server is shutting down; its work was cancelled", "shutting_down") from None
     finally:
         watch.cancel()
-        if not job.done():
-            job.cancel()  # the client went away, or this handler was cancelled (shutdown): give the work up
-            state.metrics.cancelled("disconnect" if watch.done() and not watch.cancelled() else "shutdown")
-    if not job.done() or job.cancelled():
+    if not job.done():
+        job.cancel()  # the client went away: give the work up
+        state.metrics.cancelled("disconnect")
+        raise WireError(499, "", "the client closed the connection; its work was cancelled", "client_disconnected")
+    if job.cancelled():
         raise WireError(499, "", "the client closed the connection; its work was cancelled", "client_disconnected")
     try:
         return job.result()
@@ -422,6 +430,8 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         )
         metrics.queue_depth = lambda: batcher.depth
         app.state.batcher = batcher
+        # The shrink rule's first call imports transformers' image code: pay that at start, not per request.
+        await run_in_threadpool(fitted_size, 56, 56, max_pixels=config.max_pixels)
         await batcher.start()
         try:
             yield

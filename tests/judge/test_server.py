@@ -28,25 +28,9 @@ from PIL import Image
 from judge.judging import Judge, JudgeConfig
 from judge.server import ServerConfig, create_app
 from tests.support.openai_server import serve
-from tests.support.scripted_judge import RuleJudgeBackend
+from tests.support.scripted_judge import SlowRuleBackend
 
 KEY = "s3cret-key"
-
-
-class SlowRuleBackend(RuleJudgeBackend):
-    """The rule judge, slowed down, recording the size of every backend batch (in chat requests)."""
-
-    def __init__(self, delay_s: float = 0.0) -> None:
-        super().__init__()
-        self.delay_s = delay_s
-        self.batches: list[int] = []
-        self.started = threading.Event()
-
-    def generate(self, requests, params):
-        self.started.set()
-        self.batches.append(len(requests))
-        time.sleep(self.delay_s)
-        return super().generate(requests, params)
 
 
 def data_url(size=(8, 8), colour=(200, 30, 30)) -> str:
