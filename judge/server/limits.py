@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 TOURNAMENTS = ("round_robin", "knockout")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 ITEM_FIELDS = ("id", "question", "candidates", "image", "label", "meta")
 GET_REWARD_FIELDS = ("query", "prompts", "labels", "images", "tournament")
 
@@ -72,7 +74,8 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise WireError(400, "body", f"malformed JSON ({quote(str(exc))})", "invalid_json") from None
     if not isinstance(body, dict):
         raise _invalid("body", f"expected a JSON object, got {_type_name(body)}")
-    _check_utf8(body)
+    if _SURROGATE_ESCAPE.search(raw):  # raw bytes are valid UTF-8 (or loads failed): only escapes can hide one
+        _check_utf8(body)
     return body
 
 
@@ -86,14 +89,10 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _path_name(link: tuple | None) -> str:
-    """`items[0].question` from the linked path `(key, parent)` the UTF-8 walk keeps."""
-    parts: list[Any] = []
-    while link is not None:
-        key, link = link
-        parts.append(key)
+def _path_name(keys: list[Any]) -> str:
+    """`items[0].question` from the keys and indices that lead to a value."""
     out = ""
-    for key in reversed(parts):
+    for key in keys:
         if isinstance(key, int):
             out += f"[{key}]"
         else:
@@ -102,21 +101,34 @@ def _path_name(link: tuple | None) -> str:
     return out or "body"
 
 
-def _check_utf8(body: Any) -> None:
-    """422 naming the first string (value or key, anywhere in `body`) that is not valid Unicode text."""
-    stack: list[tuple[Any, tuple | None]] = [(body, None)]
+def _children(value: dict | list) -> Iterator[tuple[Any, Any]]:
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value)
+
+
+def _check_utf8(body: dict[str, Any]) -> None:
+    """422 naming the first string (value or key, anywhere in `body`) that is not valid Unicode text.
+
+    Depth-first over iterators, so the walk holds one iterator per level, whatever the body's size.
+    """
+    stack = [_children(body)]
+    keys: list[Any] = []  # the key of each open container below the top: len(stack) - 1 of them
     while stack:
-        value, link = stack.pop()
-        if isinstance(value, str):
-            if not _encodable(value):
-                raise _invalid(_path_name(link), "not valid UTF-8 text (a lone surrogate escape such as \\ud800)")
-        elif isinstance(value, dict):
-            for key, child in value.items():
-                if not _encodable(key):
-                    raise _invalid(_path_name((key, link)), "field name is not valid UTF-8 text (a lone surrogate)")
-                stack.append((child, (key, link)))
-        elif isinstance(value, list):
-            stack.extend((child, (i, link)) for i, child in enumerate(value))
+        for key, value in stack[-1]:
+            if isinstance(key, str) and not _encodable(key):
+                raise _invalid(_path_name([*keys, key]), "field name is not valid UTF-8 text (a lone surrogate)")
+            if isinstance(value, str):
+                if not _encodable(value):
+                    raise _invalid(
+                        _path_name([*keys, key]), "not valid UTF-8 text (a lone surrogate escape such as \\ud800)"
+                    )
+            elif isinstance(value, (dict, list)):
+                keys.append(key)
+                stack.append(_children(value))
+                break
+        else:
+            stack.pop()
+            if keys:
+                keys.pop()
 
 
 def _refuse_unknown(
