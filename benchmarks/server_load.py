@@ -13,7 +13,7 @@
    clients alone for `--hostile-duration` s, then good clients with `--hostile-clients` hostile ones for as
    long: bomb-like images (8 one-bit 16-megapixel PNGs), a 200-query `/get_reward` (19,900 items), lone
    surrogates in values and keys, TIFF / EPS / text data URLs, a 100k-character `mode`, unknown item
-   fields, a 10 MB JSON body, a body sent a byte at a time, and a 1,770-item job whose client hangs up.
+   fields, a 10 MB JSON body of 3.3 million zeros, a body sent a byte at a time, and a 1,770-item job whose client hangs up.
    Reports `hostile_5xx` (must be 0), the server's peak RSS growth (VmHWM over VmRSS at the start of the
    phase), p99 of the good requests with and without the hostile traffic, and the time from SIGTERM to
    exit with all of it still running (`shutdown_grace_s` 5).

@@ -75,6 +75,13 @@ class ServerConfig:
 
     # Input limits (each violation is a 4xx naming the field)
     max_body_bytes: int = field(default=32 * 2**20, metadata={"help": "request body size (413 above)"})
+    max_json_values: int = field(
+        default=1_000_000,
+        metadata={
+            "help": "commas and colons in a body, an upper bound on its JSON values, counted before parsing (413 "
+            "above): Python's parser holds the GIL, ~1 s for 3 million tiny values; text's own commas count too"
+        },
+    )
     max_image_bytes: int = field(default=8 * 2**20, metadata={"help": "encoded size of one image (413 above)"})
     max_image_pixels: int = field(
         default=16_000_000, metadata={"help": "width × height of one image, read from its header before decoding"}
@@ -148,6 +155,7 @@ class ServerConfig:
             "max_batch_items",
             "max_queue",
             "max_body_bytes",
+            "max_json_values",
             "max_image_bytes",
             "max_image_pixels",
             "max_images",

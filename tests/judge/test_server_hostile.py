@@ -40,6 +40,7 @@ LIMITS = dict(
     max_body_bytes=2 * 2**20,
     max_image_bytes=512 * 1024,
     body_timeout_s=1.0,
+    max_json_values=50_000,
     max_wait_ms=5,
 )
 
@@ -187,6 +188,8 @@ PROBES = [
     ("/v1/reward", reward(mode="x" * 100_000), 422, "mode", "(100000 characters)"),
     ("/v1/judge", items({"colour": "red"}), 422, "items[0].colour", "unknown field"),
     ("/get_reward", get_reward(extra=1), 422, "extra", "unknown field"),
+    # a body of many tiny values, refused before the parser (which holds the GIL) sees it
+    ("/v1/reward", reward(padding=[0] * 60_000), 413, "body", "max_json_values (50000)"),
 ]
 
 
