@@ -13,6 +13,7 @@ counted against `max_request_pixels`); the app decodes them once the request's w
 
 from __future__ import annotations
 
+import difflib
 import hmac
 import json
 import re
@@ -136,7 +137,9 @@ def _refuse_unknown(
 ) -> None:
     for name in body:
         if name not in known:
-            raise _invalid(f"{where}{name}", f"unknown field; {what} takes {', '.join(known)}")
+            close = difflib.get_close_matches(name, known, n=1) if len(name) <= 64 else []
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _invalid(f"{where}{name}", f"unknown field{hint}; {what} takes {', '.join(known)}")
 
 
 def _shown(value: Any) -> str:
