@@ -224,12 +224,38 @@ def test_score_mmvet_by_hand():
         "oracle_math": 1.0,
         "oracle_know": 0.5,
         "unparsed": 1,
-        "judge_consistency": 2 / 3,
+        "judge_consistency": 2 / 4,  # q3 (fewer than two parsed orders) counts as not consistent
+        "judge_consistency_undetermined": 1,
         "grader_retried": 2,
         "grader_failed": 1,
+        "grading_runs": 1,
+        "bootstrap_resamples": 1000,
+        "bootstrap_seed": 0,
     }
-    assert metrics.keys() == expected.keys()  # no keys for absent capabilities (gen, spat) or selectors
-    assert metrics == pytest.approx(expected, abs=1e-12)
+    added = ("_ci95_low", "_ci95_high", "_total_std", "_total_runs")
+    core = {k: v for k, v in metrics.items() if not k.endswith(added)}
+    assert core.keys() == expected.keys()  # no keys for absent capabilities (gen, spat) or selectors
+    assert core == pytest.approx(expected, abs=1e-12)
+    for selector in ("first", "judge", "oracle"):  # one grading run: no spread; the interval holds the mean
+        assert metrics[f"{selector}_total_std"] == 0.0
+        assert metrics[f"{selector}_total_runs"] == pytest.approx([expected[f"{selector}_total"]])
+        low, high = metrics[f"{selector}_total_ci95_low"], metrics[f"{selector}_total_ci95_high"]
+        assert low <= expected[f"{selector}_total"] <= high
+    assert "first_gen_ci95_low" not in metrics
+
+
+def test_score_mmvet_over_grading_runs_gives_mean_and_std():
+    questions = [_question("a", capabilities=("rec",)), _question("b", capabilities=("ocr",))]
+    grades = {"a": [1.0, 0.0], "b": [0.0, 0.5]}
+    runs = {"a": [[1.0, 0.0], [0.5, 0.0], [1.0, 0.0]], "b": [[0.0, 0.5], [0.0, 0.5], [1.0, 0.5]]}
+    m = score_mmvet(questions, grades, {"first": {"a": 0, "b": 0}}, grade_runs=runs)
+    # first picks candidate 0: run totals (1+0)/2, (0.5+0)/2, (1+1)/2 = 0.5, 0.25, 1.0
+    assert m["first_total_runs"] == pytest.approx([0.5, 0.25, 1.0])
+    assert m["first_total"] == pytest.approx(1.75 / 3)
+    mean = 1.75 / 3
+    std = ((0.5 - mean) ** 2 + (0.25 - mean) ** 2 + (1.0 - mean) ** 2) / 3  # numpy's population std, squared
+    assert m["first_total_std"] == pytest.approx(std**0.5)
+    assert (m["first_rec"], m["first_ocr"], m["grading_runs"]) == (pytest.approx(2.5 / 3), pytest.approx(1 / 3), 3)
 
 
 def test_score_mmvet_counts_a_question_once_per_capability_and_rejects_bad_picks():
