@@ -415,9 +415,33 @@ def test_an_undecided_judge_falls_back_to_the_first_candidate(dataset, tmp_path)
             _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
         )
     assert metrics["unparsed"] == 4
-    assert metrics["judge_consistency"] is None  # no question had two parsed display orders
+    # No question had two parsed display orders: each counts as not consistent, by the one rule.
+    assert (metrics["judge_consistency"], metrics["judge_consistency_undetermined"]) == (0.0, 4)
     assert {k: metrics[k.replace("first", "judge", 1)] for k in FIRST} == FIRST  # judge = first, everywhere
     assert "judge undecided (fell back to candidate 0): 4 of 4" in (tmp_path / "report.md").read_text()
+
+
+def test_num_runs_grades_every_candidate_again_and_a_rerun_adds_only_missing_runs(dataset, tmp_path):
+    questions, candidates = dataset
+    app = make_grader_app(junk_marker=JUNK)
+    with serve(app) as url:
+        metrics = run_mmvet(
+            _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False,
+            num_runs=2, data_source="mm-vet.json",
+        )  # fmt: skip
+        assert len(app.state.requests) == 2 * N_GRADER_CALLS
+        assert metrics["grading_runs"] == 2 and metrics["first_total_runs"] == [0.5, 0.5]
+        assert metrics["first_total_std"] == 0.0  # a deterministic grader agrees with itself
+        assert {k: metrics[k] for k in FIRST} == pytest.approx(FIRST)
+        again = run_mmvet(
+            _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False,
+            num_runs=3, data_source="mm-vet.json",
+        )  # fmt: skip
+        assert len(app.state.requests) == 3 * N_GRADER_CALLS  # only the third run was asked
+    assert again["first_total_runs"] == [0.5, 0.5, 0.5]
+    assert again["data_rows"] == 4 and again["data_source"] == "mm-vet.json" and len(again["data_sha256"]) == 64
+    report = (tmp_path / "report.md").read_text()
+    assert "graded 3 time(s)" in report and again["data_sha256"] in report
 
 
 def test_new_candidates_in_an_old_run_folder_are_refused(dataset, hf_judge_backend, tmp_path):
@@ -469,6 +493,15 @@ def test_malformed_mmvet_json_lists_every_problem(tmp_path):
     assert "entry 'v1_1': field 'capability': expected a list" in message
     assert "entry 'v1_2': field 'imagename': image file not found" in message and "nope.png" in message
     assert "entry 'v1_4'" in message and "v1_3" not in message
+
+
+def test_mmvet_v2_is_refused_by_name(tmp_path):
+    v2 = {"v2_0": {"question": "Which is heavier?<IMG>v2_0_0.png<IMG>And now?<IMG>v2_0_1.png", "answer": "A",
+                   "capability": ["rec", "seq"], "added_in": "v2"}}  # fmt: skip
+    path = tmp_path / "mm-vet-v2.json"
+    path.write_text(json.dumps(v2))
+    with pytest.raises(InputError, match="MM-Vet v2 .* not supported"):
+        load_mmvet(path)
 
 
 def test_mmvet_json_shape_errors(tmp_path):
