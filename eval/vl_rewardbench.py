@@ -287,7 +287,11 @@ def _dataset_rows(data: str, split: str, revision: str | None) -> tuple[Iterable
         if not Path(data).is_file():
             raise InputError(f"--data {data}: file not found")
         dataset, commit = datasets.load_dataset("parquet", data_files=data, split="train"), None
+    elif Path(data).is_dir():  # a local copy of the hub repository: no commit to record
+        dataset, commit = datasets.load_dataset(data, split=split), None
     else:
+        # The builder of a hub dataset is keyed on the commit it resolved (`builder.hash`), so the
+        # commit recorded is the one the rows came from, also when read back from the cache offline.
         builder = datasets.load_dataset_builder(data, revision=revision)
         builder.download_and_prepare()
         dataset, commit = builder.as_dataset(split=split), builder.hash

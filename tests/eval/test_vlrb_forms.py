@@ -262,6 +262,13 @@ def test_hub_parquet_scores_the_same_calls_the_same_but_hashes_differently(githu
     assert (from_parquet["data_rows"], from_parquet["data_revision"]) == (12, None)
 
 
+def test_a_local_copy_of_the_hub_repository_loads(tmp_path):
+    parquet = write_hub_parquet(tmp_path / "repo" / "data")
+    items = vlrb.load_vl_rewardbench(tmp_path / "repo")
+    assert len(items) == 12 and items.provenance["data_revision"] is None
+    assert items.provenance["data_sha256"] == vlrb.load_vl_rewardbench(parquet).provenance["data_sha256"]
+
+
 def test_data_sha256_changes_with_one_row_and_only_then(tmp_path):
     first = vlrb.load_vl_rewardbench(write_github_jsonl(tmp_path / "a")).provenance
     same = vlrb.load_vl_rewardbench(write_github_jsonl(tmp_path / "b")).provenance
