@@ -75,7 +75,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="official mode: cal.py = its seeded shuffle and first k calls (default); all-calls = majority of all",
     )
     vlrb.add_argument("--headline-k", type=int, help="cal.py reading: k of 1,3,5,7,9 (default: largest <= --k)")
-    vlrb.add_argument("--llm-parse", metavar="URL", help="official mode: /v1 server that reads regex-missed replies")
+    vlrb.add_argument(
+        "--llm-parse", metavar="URL", help="official mode: /v1 server that reads regex-missed replies (key: --api-key)"
+    )
     vlrb.add_argument("--llm-parse-model", help="model name at --llm-parse (default: the first served)")
     _add_judge_flags(vlrb, predictions=True)
     vlrb.set_defaults(run=run_pairwise_cli)
@@ -89,7 +91,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     mmrb.add_argument("--image-folder", type=Path, help="folder the Image paths are relative to (default: --data's)")
     mmrb.add_argument("--mode", choices=("mc", "official"), default="mc", help="default: mc")
     mmrb.add_argument("--predictions", type=Path, help='score this JSONL ({"id", "pred"}) instead of running a model')
-    mmrb.set_defaults(revision=None, reading="cal.py", headline_k=None, llm_parse=None)
     _add_judge_flags(mmrb, predictions=True)
     mmrb.set_defaults(run=run_pairwise_cli)
 
@@ -252,6 +253,10 @@ def _scoring(args: argparse.Namespace, bench: Any) -> tuple[Any, Any]:
 
     if args.benchmark != "vl-rewardbench":
         return dataclasses.replace(bench.BENCHMARK, score=partial(bench.score, seed=args.seed)), None
+    from eval.vlrb_readings import CALPY_KS
+
+    if args.headline_k is not None and (args.headline_k not in CALPY_KS or args.headline_k > args.k):
+        raise SystemExit(f"error: --headline-k {args.headline_k}: cal.py reports k in {CALPY_KS}, at most --k {args.k}")
     score = partial(bench.score, reading=args.reading, headline_k=args.headline_k, seed=args.seed)
     after = None
     if args.llm_parse:

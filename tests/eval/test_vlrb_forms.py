@@ -355,3 +355,13 @@ def test_llm_parse_reads_the_calls_the_regex_missed(github_run, tmp_path):
     assert metrics["all_calls_overall_accuracy"] == pytest.approx(
         fixed.count("agree") / (fixed.count("agree") + fixed.count("reject"))
     )
+
+
+def test_headline_k_is_one_of_calpys(github_run, tmp_path, capsys):
+    data, _, _, _, _, path = github_run
+    assert _score(data, path, tmp_path / "k5", "--headline-k", "5")["overall_accuracy"] is not None
+    metrics = json.loads((tmp_path / "k5/metrics.json").read_text())
+    assert metrics["headline_k"] == 5 and metrics["overall_accuracy"] == metrics["overall_accuracy_k5"]
+    with pytest.raises(SystemExit, match="--headline-k 4"):
+        main(["eval", "vl-rewardbench", "--data", str(data), "--predictions", str(path), "--out", str(tmp_path / "x"),
+              "--headline-k", "4"])  # fmt: skip
