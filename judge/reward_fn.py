@@ -16,8 +16,9 @@ One call (`prompts`, `completions`, plus the dataset's columns as keyword lists,
    rules as the server and the verl / OpenRLHF integrations). A group is judged in `mode` (`listwise`: all
    completions as one multiple-choice question; `pairwise`: each against the reference; `tournament`),
    with two automatic changes:
-   - a group larger than `max_options` in listwise mode becomes a knock-out tournament (the judge shows
-     at most `max_options` candidates at once; knock-out costs G - 1 pairwise games, round-robin G(G - 1)/2);
+   - a group larger than `max_options` in listwise mode becomes a `tournament` (default knock-out; the judge
+     shows at most `max_options` candidates at once; knock-out costs G - 1 pairwise games, round-robin
+     G(G - 1)/2);
    - a group of one completion cannot be ranked: it is judged pairwise against its reference when there
      is one, and gets `None` otherwise (likewise any group in pairwise mode whose reference is missing).
    A verdict the judge could not parse gives `None` too (counted in `judge/unscored_frac`), never 1/k.

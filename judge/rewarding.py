@@ -25,7 +25,8 @@ call it, so the same samples get the same rewards whichever way they arrive:
 
 - samples with the same prompt text, images and reference form one group; its id (which seeds display
   orders and brackets) is `group_id(prompt, reference, n_images)`, the same on every path;
-- 2..`max_options` responses: `listwise` (or the caller's mode); more: a `knockout` tournament;
+- 2..`max_options` responses: `listwise` (or the caller's mode); more: a tournament (`tournament`,
+  default `knockout`: G - 1 games, where round-robin plays G(G - 1)/2);
 - one response: `pairwise` against its reference; without a reference (`None` or `""`) it is
   **unscored**: there is nothing to compare it with, and it is never judged against an empty string;
 - a verdict the judge could not parse is **unscored** too, never a silent 1/k: listwise, every response
@@ -286,7 +287,7 @@ def plan_request(
     if mode == "pairwise" or len(responses) == 1:
         return None if reference is None else RewardRequest(**common, mode="pairwise")
     if mode == "listwise" and len(responses) > max_options:
-        return RewardRequest(**common, mode="tournament", tournament="knockout")
+        return RewardRequest(**common, mode="tournament", tournament=tournament)
     return RewardRequest(**common, mode=mode, tournament=tournament)
 
 
