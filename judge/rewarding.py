@@ -44,7 +44,7 @@ import hashlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from judge.judging import Judge, candidate_scores, item_rng
@@ -155,11 +155,48 @@ def _bracket(
 def compute_rewards(judge: Judge, requests: Sequence[RewardRequest], *, max_options: int = 8) -> list[RewardResult]:
     """Rewards for every request; all judging of a round goes to the backend in one batch.
 
+    Each request's responses are judged in a canonical order (sorted by text) and the rewards and listwise
+    verdicts mapped back, so a group's rewards depend on which responses it holds, not on the order they
+    came in (OpenRLHF's one-sample requests arrive in any order).
+
     Raises:
         DataError: a request that cannot be judged as asked (checked for all requests before any judging).
     """
     for request in requests:
         request.validate(max_options)
+    orders = [sorted(range(len(r.responses)), key=lambda i, r=r: (r.responses[i], i)) for r in requests]
+    canonical = [replace(r, responses=[r.responses[i] for i in order]) for r, order in zip(requests, orders)]
+    results = _judge_requests(judge, canonical, max_options)
+    for request, order, result in zip(requests, orders, results):
+        rewards: list[float | None] = [None] * len(order)
+        for position, original in enumerate(order):
+            rewards[original] = result.rewards[position]
+        result.rewards = rewards
+        if request.mode == "listwise":
+            result.verdicts = [_unpermute(v, order) for v in result.verdicts]
+        elif request.mode == "pairwise":
+            verdicts = list(result.verdicts)
+            for position, original in enumerate(order):
+                result.verdicts[original] = verdicts[position]
+    return results
+
+
+def _unpermute(verdict: Verdict, order: list[int]) -> Verdict:
+    """A listwise verdict over canonically ordered candidates, re-indexed to the request's own order."""
+    probs = None
+    if verdict.probs is not None:
+        probs = [0.0] * len(order)
+        for position, original in enumerate(order):
+            probs[original] = verdict.probs[position]
+    return replace(
+        verdict,
+        choice=None if verdict.choice is None else order[verdict.choice],
+        probs=probs,
+        votes=[None if v is None else order[v] for v in verdict.votes],
+    )
+
+
+def _judge_requests(judge: Judge, requests: Sequence[RewardRequest], max_options: int) -> list[RewardResult]:
     start = time.perf_counter()
     plans = [_plan(r) for r in requests]
     flat = [item for plan in plans for item in plan]

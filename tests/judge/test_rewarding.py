@@ -132,3 +132,12 @@ def test_plan_request_rules_and_cost(kwargs, mode, cost):
 def test_fill_unscored_uses_the_group_mean_then_neutral():
     groups = group_samples(["P", "P", "P", "Q"], ["a", "b", "c", "d"])
     assert fill_unscored([0.2, None, 0.6, None], groups) == pytest.approx([0.2, 0.4, 0.6, NEUTRAL_REWARD])
+
+
+def test_rewards_follow_the_responses_not_the_order_they_came_in(judge):
+    # Ties go to the first candidate shown, so without the canonical order the arrival order would decide.
+    responses = ["score=5 (a)", "score=5 (b)", "score=1", "score=5 (c)"]
+    forward = compute_rewards(judge, [RewardRequest("Q?", responses, id="g")])[0]
+    backward = compute_rewards(judge, [RewardRequest("Q?", responses[::-1], id="g")])[0]
+    assert forward.rewards == backward.rewards[::-1]
+    assert forward.verdicts[0].choice == 3 - backward.verdicts[0].choice  # verdicts index the caller's order
