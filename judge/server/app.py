@@ -7,8 +7,10 @@ the config, the metrics and the batcher live on `app.state`. Every refusal is a 
     app = create_app(Judge(make_backend("runs/judge"), JudgeConfig(orders=2)), ServerConfig(port=8000))
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF), `GET /health`, `GET /metrics`,
-`GET /v1/adapters`.
+Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF; one-sample requests are held
+in groups of `group_size`, `judge.server.get_reward`), `GET /health`, `GET /metrics`, `GET /v1/adapters`.
+Rewards are planned by `judge.rewarding` (the planner TRL, verl and OpenRLHF share); unscored ones are
+counted in `/metrics` (`mrjudge_rewards_total{outcome}`).
 
 With an adapter store (`ServerConfig.adapter_store`), a request's `"model": "policy@prod"` (or
 `policy@<revision>`) picks a LoRA revision over the resident base. The name is resolved when the request
