@@ -56,6 +56,8 @@ __all__ = ["create_app", "reward_cost"]
 log = logging.getLogger("mrjudge.server")
 
 ENDPOINTS = ("/v1/judge", "/v1/reward", "/get_reward", "/health", "/metrics", "/v1/adapters")
+
+
 # -- the work the batcher runs ------------------------------------------------------------------------------
 
 
