@@ -343,7 +343,7 @@ def hostile_bodies() -> dict[str, tuple[str, bytes]]:
     item = {"id": 1, "question": "Q?", "candidates": ["a", "b"]}
     bodies = {
         "bomb_images": ("/v1/reward", {**reward, "images": bomb}),
-        "round_robin_19900": ("/get_reward", {"query": [f"P: {i}" for i in range(200)], "prompts": ["P: "] * 200}),
+        "round_robin_19900": ("/get_reward", {"query": [f"P: {i}" for i in range(200)], "prompts": ["P: "] * 200, "tournament": "round_robin"}),
         "surrogate_prompt": ("/v1/reward", {**reward, "prompt": "Q\ud800?"}),
         "surrogate_key": ("/v1/judge", {"items": [{**item, "\ud800": 1}]}),
         "surrogate_get_reward": ("/get_reward", {"query": ["P: a", "P: b"], "prompts": ["P\ud800", "P: "]}),

@@ -4,6 +4,9 @@
     MRJUDGE_SERVER_API_KEY=... mrjudge serve --model runs/judge --host 0.0.0.0   # or --api-key-file FILE
     mrjudge serve --model http://127.0.0.1:8001/v1 --server-config serve.yaml --max-batch-items 64
     mrjudge serve --model runs/tiny-judge --adapter-store runs/adapters   # requests name "model": "judge@prod"
+    mrjudge serve --model runs/judge --group-size 4 --allow-local-images data/   # OpenRLHF, 4 samples a prompt
+
+On start it prints the lines to paste into a TRL script, a verl config and an OpenRLHF command.
     curl -s 127.0.0.1:8000/v1/reward -H 'Content-Type: application/json' \
         -d '{"prompt": "2+2?", "responses": ["4", "5"]}'
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -138,5 +142,65 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
         return 2
     app = create_app(Judge(engine, judge_config), server_config)
-    run_server(app, server_config, log_level=args.log_level)
+    try:  # bind first, so the usage lines name the port really bound (--port 0 picks a free one)
+        sock = _bind(server_config.host, server_config.port)
+    except OSError as exc:
+        print(f"error: cannot listen on {server_config.host}:{server_config.port}: {exc}", file=sys.stderr)
+        return 2
+    url = _client_url(server_config.host, sock.getsockname()[1])
+    print(reward_usage(url, keyed=server_config.api_key is not None, group_size=server_config.group_size), flush=True)
+    run_server(app, server_config, log_level=args.log_level, sock=sock)
     return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _client_url(host: str, port: int) -> str:
+    """The address clients should use: a wildcard bind is reached through this machine's name."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def reward_usage(url: str, *, keyed: bool, group_size: int) -> str:
+    """The lines to paste into a TRL script, a verl config and an OpenRLHF command for this server.
+
+    >>> print(reward_usage("http://127.0.0.1:8000", keyed=False, group_size=4).splitlines()[0])
+    mr-judge reward server on http://127.0.0.1:8000 (no API key)
+    """
+    import judge.integrations
+
+    folder = Path(judge.integrations.__file__).resolve().parent
+    key_line = "export MRJUDGE_SERVER_API_KEY=<the key this server was started with>" if keyed else ""
+    env = f"export MRJUDGE_REWARD_URL={url}" + (f"; {key_line}" if keyed else "")
+    n = max(group_size, 2)
+    lines = [
+        f"mr-judge reward server on {url} ({'API key required' if keyed else 'no API key'})",
+        "Use it as the reward in",
+        "  TRL (Python):",
+        "    from judge.reward_fn import AsyncJudgeRewardFunction",
+        f'    reward = AsyncJudgeRewardFunction(server_url="{url}")'
+        + ("  # key from $MRJUDGE_SERVER_API_KEY" if keyed else ""),
+        "  verl (environment, then config overrides for verl.trainer.main_ppo):",
+        f"    {env}",
+        f"    custom_reward_function.path={folder / 'verl.py'} "
+        "custom_reward_function.name=compute_score_batch reward_model.reward_manager=batch",
+        "  OpenRLHF (environment, then flags for openrlhf.cli.train_ppo_ray):",
+        f"    {env}",
+        f"    --reward.remote_url {folder / 'openrlhf.py'} --rollout.n_samples_per_prompt {n}",
+    ]
+    if group_size < 2:
+        lines.append(
+            f"    (and restart this server with --group-size {n}: OpenRLHF sends one sample per request, and the "
+            "server groups a prompt's samples only when it knows how many to wait for)"
+        )
+    if not keyed:
+        lines.append(f"    or, without the .py file: --reward.remote_url {url}/get_reward")
+    return "\n".join(lines)

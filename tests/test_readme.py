@@ -59,6 +59,10 @@ SKIP: list[tuple[str, str]] = [
     (r"accelerate launch .*", "multi-GPU training"),
     (r"ray start .*", "starts a node of a Ray cluster; tests/ray run on a local Ray instead"),
     (
+        r"(MRJUDGE_\w+=\S+ )+python -m (verl\.trainer\.main_ppo|openrlhf\.cli\.train_ppo_ray) .*",
+        "trains a policy with verl / OpenRLHF on GPUs; tests/judge/test_integrations.py loads their reward files",
+    ),
+    (
         r"mrjudge synth all --config configs/synth_world\.yaml --engine ray",
         "tests/ray/test_synthesis.py runs it on a local Ray and compares every file with the local run",
     ),

@@ -14,8 +14,10 @@ its work up; the batch it was in stops at its next backend call once nobody wait
     app = create_app(Judge(make_backend("runs/judge"), JudgeConfig(orders=2)), ServerConfig(port=8000))
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF), `GET /health`, `GET /metrics`,
-`GET /v1/adapters`.
+Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF; one-sample requests are held
+in groups of `group_size`, `judge.server.get_reward`), `GET /health`, `GET /metrics`, `GET /v1/adapters`.
+Rewards are planned by `judge.rewarding` (the planner TRL, verl and OpenRLHF share); unscored ones are
+counted in `/metrics` (`mrjudge_rewards_total{outcome}`).
 
 With an adapter store (`ServerConfig.adapter_store`), a request's `"model": "policy@prod"` (or
 `policy@<revision>`) picks a LoRA revision over the resident base. The name is resolved when the request
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import logging
 import threading
 import time
@@ -47,14 +48,13 @@ from judge.adapters.pool import AdapterPool
 from judge.adapters.store import AdapterStore, AdapterStoreError, BaseMismatchError, Revision
 from judge.images import fitted_size
 from judge.judging import Judge
-from judge.rewarding import RewardRequest, RewardResult, compute_rewards
+from judge.rewarding import RewardRequest, RewardResult, compute_rewards, group_id, plan_cost
 from judge.server.batching import Batcher, BatchStopped, JobTimeout, QueueFull, ShuttingDown
 from judge.server.config import ServerConfig
 from judge.server.errors import WireError
+from judge.server.get_reward import GroupPool, Outcome, Sample, judge_samples, openrlhf_answer, parse_openrlhf_body
 from judge.server.limits import (
-    GetRewardBatch,
     check_api_key,
-    parse_get_reward_body,
     parse_json,
     parse_judge_body,
     parse_reward_body,
@@ -70,8 +70,6 @@ log = logging.getLogger("mrjudge.server")
 ENDPOINTS = ("/v1/judge", "/v1/reward", "/get_reward", "/health", "/metrics", "/v1/adapters")
 CANCEL_GRACE_S = 1.5
 """Of the shutdown grace, what the batcher gets after uvicorn's drain to finish or cancel queued work."""
-UNGRADED_REWARD = 0.5
-"""Reward for a lone response with nothing to compare it with: neither good nor bad."""
 
 
 # -- the work the batcher runs ------------------------------------------------------------------------------
@@ -89,14 +87,8 @@ class RewardWork:
     adapter: Revision | None = None
 
 
-def reward_cost(request: RewardRequest) -> int:
-    """MC items a reward request puts in front of the judge (what a batch's size is counted in)."""
-    g = len(request.responses)
-    if request.mode == "listwise":
-        return 1
-    if request.mode == "pairwise":
-        return g
-    return g * (g - 1) // 2 if request.tournament == "round_robin" else g - 1
+reward_cost = plan_cost
+"""MC items a reward request puts in front of the judge: the planner's `judge.rewarding.plan_cost`."""
 
 
 def plan_items(requests: list[RewardRequest]) -> int:
@@ -445,6 +437,8 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     app.state.config = config
     app.state.metrics = metrics
     app.state.adapters = pool
+    groups = GroupPool(config.group_size, config.group_wait_s)
+    app.state.reward_groups = groups
     app.add_middleware(ContainErrors, metrics=metrics)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts the 500s ContainErrors writes
 
@@ -511,11 +505,23 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     async def reward(request: Request) -> dict[str, Any]:
         start = time.perf_counter()
         body = await json_body(request)
+        if body.get("reference") == "":
+            body["reference"] = None  # an empty reference is no reference: never judge against ""
         with adapter_lease(pool, body) as adapter:
             reward_request = await run_in_threadpool(parse_reward_body, body, config)
-            work = RewardWork([reward_request], adapter)
-            done = await _submit(request, work, plan_items([reward_request]), "responses")
+            if "id" not in body:  # the planner's id, so this path seeds display orders like every other
+                reward_request.id = group_id(
+                    reward_request.prompt, reward_request.reference, len(reward_request.images)
+                )
+            done = await _submit(
+                request, RewardWork([reward_request], adapter), plan_items([reward_request]), "responses"
+            )
         [result] = done.result
+        reasons = ["unparsed" if r is None else "" for r in result.rewards]
+        metrics.rewards("/v1/reward", reasons, len(reward_request.images) * len(result.rewards))
+        if any(reasons):
+            log.warning("/v1/reward: %d of %d responses unscored (verdict did not parse)", sum(map(bool, reasons)),
+                        len(reasons))  # fmt: skip
         return {
             "rewards": result.rewards,
             "verdicts": [v.to_dict() for v in result.verdicts],
@@ -529,8 +535,35 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         start = time.perf_counter()
         body = await json_body(request)
         with adapter_lease(pool, body) as adapter:
-            batch = await run_in_threadpool(parse_get_reward_body, body, config)
-            return {**await _openrlhf_rewards(request, batch, config, start, adapter), **_model(adapter)}
+            samples, tournament = await run_in_threadpool(parse_openrlhf_body, body, config)
+
+            async def submit(requests: list[RewardRequest], cost: int) -> tuple[list[RewardResult], Any]:
+                done = await _submit(request, RewardWork(requests, adapter), cost, "query")
+                return done.result, done
+
+            async def run(members: list[Sample]) -> list[Outcome]:
+                return await judge_samples(members, submit, tournament=tournament, max_options=config.max_candidates)
+
+            if config.group_size > 1:  # OpenRLHF's one-sample requests: wait for the rest of each group
+                scope = (adapter.ref if adapter else None, tournament)
+                outcomes = list(await asyncio.gather(*(groups.add((*scope, *s.key), s, run) for s in samples)))
+            else:
+                outcomes = await run(samples)
+        reasons = [o.reason for o in outcomes]
+        metrics.rewards(
+            "/get_reward", reasons, sum(len(s.images) for s, r in zip(samples, reasons) if r != "no_reference")
+        )
+        if any(reasons):
+            log.warning(
+                "/get_reward: %d of %d samples unscored (%s); they get the neutral reward with "
+                "extra_logs.judge_scored = 0",
+                sum(map(bool, reasons)), len(reasons), ", ".join(sorted({r for r in reasons if r})),
+            )  # fmt: skip
+        answer = openrlhf_answer(samples, outcomes, start)
+        done = next((o.done for o in outcomes if o.done is not None), None)
+        if done is not None:
+            answer["timing"] = _timing(start, done)
+        return {**answer, **_model(adapter)}
 
     @app.get("/v1/adapters", dependencies=[Depends(authorized)])
     async def adapters() -> dict[str, Any]:
@@ -551,71 +584,3 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
 def _model(adapter: Revision | None) -> dict[str, str]:
     """The `model` a response was answered with: the adapter revision, or `base`."""
     return {"model": adapter.ref if adapter else "base"}
-
-
-async def _openrlhf_rewards(
-    request: Request, batch: GetRewardBatch, config: ServerConfig, start: float, adapter: Revision | None = None
-) -> dict:
-    """Group queries by prompt and images so listwise judging sees whole groups, judge, scatter back.
-
-    A lone response with a label is judged pairwise against it; a lone one without gets 0.5 (flagged in
-    `extra_logs.judge_ungraded`); groups above the option limit play a tournament.
-    """
-    groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
-    for index, key in enumerate(batch.group_keys):
-        groups.setdefault(key, []).append(index)
-    n = len(batch.responses)
-    rewards = [UNGRADED_REWARD] * n
-    ungraded = [0.0] * n
-    unparsed = [0.0] * n
-    group_size = [0.0] * n
-    judged: list[tuple[list[int], RewardRequest]] = []
-    for (prompt, _), members in groups.items():
-        for i in members:
-            group_size[i] = float(len(members))
-        first = members[0]
-        responses = [batch.responses[i] for i in members]
-        group_id = hashlib.sha1(f"{prompt}\x00{batch.group_keys[first][1]}".encode()).hexdigest()[:16]
-        common = dict(prompt=prompt, images=batch.images[first], id=group_id)
-        if len(members) == 1 and batch.labels[first] is None:
-            ungraded[first] = 1.0
-            continue
-        if len(members) == 1:
-            reward_request = RewardRequest(
-                responses=responses, reference=batch.labels[first], mode="pairwise", **common
-            )
-        elif len(members) <= config.max_candidates:
-            reward_request = RewardRequest(responses=responses, mode="listwise", **common)
-        else:
-            reward_request = RewardRequest(
-                responses=responses, mode="tournament", tournament=batch.tournament, **common
-            )
-        judged.append((members, reward_request))
-    timing = {"queue_ms": 0.0, "judge_ms": 0.0, "total_ms": 0.0}
-    if judged:
-        requests = [r for _, r in judged]
-        done = await _submit(request, RewardWork(requests, adapter), plan_items(requests), "query")
-        for (members, _), result in zip(judged, done.result):
-            for i, reward in zip(members, result.rewards):
-                rewards[i] = reward
-            if any(v.choice is None for v in result.verdicts):
-                for i in members:
-                    unparsed[i] = 1.0
-        timing = _timing(start, done)
-    else:
-        timing["total_ms"] = round(1000 * (time.perf_counter() - start), 3)
-    notes = []
-    if any(ungraded):
-        notes.append(
-            f"{int(sum(ungraded))} queries had no other response to the same prompt and no label: reward "
-            f"{UNGRADED_REWARD} (extra_logs.judge_ungraded = 1)"
-        )
-    if batch.unsplit:
-        notes.append(f"{batch.unsplit} queries did not start with their prompt; the whole query was judged")
-    return {
-        "rewards": rewards,
-        "scores": list(rewards),
-        "extra_logs": {"judge_group_size": group_size, "judge_ungraded": ungraded, "judge_unparsed": unparsed},
-        "notes": notes,
-        "timing": timing,
-    }

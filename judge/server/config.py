@@ -117,6 +117,20 @@ class ServerConfig:
         metadata={"help": "folder whose image files clients may name by path; None refuses every file path"},
     )
 
+    # Reward groups for OpenRLHF, which posts one sample per /get_reward request
+    group_size: int = field(
+        default=1,
+        metadata={
+            "help": "/get_reward holds samples with the same prompt, images and label until this many have "
+            "arrived, then judges them as one group (set it to OpenRLHF's --rollout.n_samples_per_prompt); "
+            "1 judges each request on its own"
+        },
+    )
+    group_wait_s: float = field(
+        default=60.0,
+        metadata={"help": "how long a partial /get_reward group waits for the rest before it is judged as it is"},
+    )
+
     # LoRA adapters over the resident base (requests name `policy@alias` or `policy@revision` as "model")
     adapter_store: str | None = field(
         default=None, metadata={"help": "adapter store folder (`mrjudge adapters`); None serves the base model only"}
@@ -170,6 +184,8 @@ class ServerConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.group_size < 1 or self.group_wait_s <= 0:
+            raise ValueError(f"need group_size >= 1 ({self.group_size}) and group_wait_s > 0 ({self.group_wait_s})")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms ({self.max_wait_ms}) must be >= 0")
         for name in ("request_timeout_s", "shutdown_grace_s", "body_timeout_s"):

@@ -8,7 +8,8 @@ counted against `max_request_pixels`); the app decodes them once the request's w
 
     items = parse_judge_body(parse_json(raw), config)           # list[MCItem], images pending
     request = parse_reward_body(parse_json(raw), config)        # RewardRequest, validated
-    batch = parse_get_reward_body(parse_json(raw), config)      # OpenRLHF queries split into responses
+
+`POST /get_reward` (OpenRLHF) is read by `judge.server.get_reward.parse_openrlhf_body`, with these helpers.
 """
 
 from __future__ import annotations
@@ -18,20 +19,17 @@ import hmac
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from judge.rewarding import MODES, RewardRequest
 from judge.server.config import ServerConfig
 from judge.server.errors import WireError, invalid, quote, too_large, type_name
-from judge.server.wire_images import ImageBudget, PendingImage
+from judge.server.wire_images import ImageBudget
 from judge.types import DataError, MCItem
 
 __all__ = [
-    "GetRewardBatch",
     "WireError",
     "check_api_key",
-    "parse_get_reward_body",
     "parse_json",
     "parse_judge_body",
     "parse_reward_body",
@@ -258,68 +256,3 @@ def parse_reward_body(body: Mapping[str, Any], config: ServerConfig) -> RewardRe
     except DataError as exc:
         raise _invalid(exc.field_name, f"{exc.problem} — {exc.fix}") from None
     return request
-
-
-# -- POST /get_reward (OpenRLHF) --------------------------------------------------------------------------
-
-
-@dataclass
-class GetRewardBatch:
-    """OpenRLHF queries split into prompt and response, with each query's images and group key."""
-
-    prompts: list[str]
-    responses: list[str]
-    labels: list[str | None]
-    images: list[list[PendingImage]]
-    group_keys: list[tuple[str, tuple[str, ...]]]
-    """Queries with the same prompt and the same images form one group, judged together."""
-    unsplit: int
-    """Queries that did not start with their prompt (the whole query was taken as the response)."""
-    tournament: str = "round_robin"
-
-
-def parse_get_reward_body(body: Mapping[str, Any], config: ServerConfig) -> GetRewardBatch:
-    """`{"query": [...], "prompts": [...], "labels": [...], "images": [[...], ...]}` (images header-read)."""
-    _refuse_unknown(body, GET_REWARD_FIELDS)
-    queries = _list(
-        _required(body, "query"), "query", low=1, high=config.max_items, what="queries", limit_name="max_items"
-    )
-    n = len(queries)
-    prompts_raw = _required(body, "prompts")
-    if not isinstance(prompts_raw, list) or len(prompts_raw) != n:
-        raise _invalid("prompts", f"expected an array of {n} strings, one per query")
-    labels_raw = body.get("labels")
-    if labels_raw is None:
-        labels_raw = [None] * n
-    if not isinstance(labels_raw, list) or len(labels_raw) != n:
-        raise _invalid("labels", f"expected null or an array of {n} strings or nulls, one per query")
-    images_raw = body.get("images")
-    if images_raw is None:
-        images_raw = [None] * n
-    if not isinstance(images_raw, list) or len(images_raw) != n:
-        raise _invalid("images", f"expected null or an array of {n} image lists, one per query")
-    tournament = body.get("tournament") or "round_robin"
-    if tournament not in TOURNAMENTS:
-        raise _invalid("tournament", f"expected one of {', '.join(TOURNAMENTS)}, got {_shown(tournament)}")
-    batch = GetRewardBatch([], [], [], [], [], 0, tournament)
-    budget = ImageBudget(config)
-    for i, (query, prompt, label, refs) in enumerate(zip(queries, prompts_raw, labels_raw, images_raw)):
-        if not isinstance(query, str):
-            raise _invalid(f"query[{i}]", f"expected a string, got {_type_name(query)}")
-        prompt = _text(prompt, f"prompts[{i}]", config)
-        if label is not None:
-            label = _text(label, f"labels[{i}]", config)
-        if isinstance(refs, str):
-            refs = [refs]
-        if query.startswith(prompt):
-            response = query[len(prompt) :]
-        else:
-            response = query
-            batch.unsplit += 1
-        batch.prompts.append(prompt)
-        batch.responses.append(_text(response, f"query[{i}]", config))
-        batch.labels.append(label)
-        batch.images.append(budget.images(refs, f"images[{i}]"))
-        keys = tuple(r if isinstance(r, str) else "" for r in (refs or []))
-        batch.group_keys.append((prompt, keys))
-    return batch

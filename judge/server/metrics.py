@@ -67,6 +67,8 @@ class Metrics:
         self.judgments = 0
         self.cancelled_requests: dict[str, int] = defaultdict(int)
         self.stopped_batches = 0
+        self.reward_outcomes: dict[tuple[str, str], int] = defaultdict(int)
+        self.reward_images = 0
         self.batch_items = Histogram(BATCH_BUCKETS)
         self.batch_requests = Histogram(BATCH_BUCKETS)
         self.latency: dict[str, Histogram] = {}
@@ -89,6 +91,14 @@ class Metrics:
     def batch_stopped(self) -> None:
         with self._lock:
             self.stopped_batches += 1
+
+    def rewards(self, endpoint: str, reasons: Sequence[str], images: int = 0) -> None:
+        """Count returned rewards by outcome: "" is scored, else the reason it was not ("no_reference",
+        "unparsed"); `images` is how many images the judged samples carried to the judge."""
+        with self._lock:
+            for reason in reasons:
+                self.reward_outcomes[(endpoint, reason or "scored")] += 1
+            self.reward_images += images
 
     def batch(self, n_requests: int, n_items: int) -> None:
         with self._lock:
@@ -124,6 +134,16 @@ class Metrics:
                 "# HELP mrjudge_judgments_total MC items judged.",
                 "# TYPE mrjudge_judgments_total counter",
                 f"mrjudge_judgments_total {self.judgments}",
+                "# HELP mrjudge_rewards_total Rewards returned, by endpoint and outcome (scored, or the reason "
+                "it was not: no_reference, unparsed).",
+                "# TYPE mrjudge_rewards_total counter",
+                *(
+                    f"mrjudge_rewards_total{_labels([('endpoint', e), ('outcome', o)])} {n}"
+                    for (e, o), n in sorted(self.reward_outcomes.items())
+                ),
+                "# HELP mrjudge_reward_images_total Images carried to the judge by judged reward samples.",
+                "# TYPE mrjudge_reward_images_total counter",
+                f"mrjudge_reward_images_total {self.reward_images}",
                 "# HELP mrjudge_queue_depth Requests waiting for the judge.",
                 "# TYPE mrjudge_queue_depth gauge",
                 f"mrjudge_queue_depth {self.queue_depth()}",

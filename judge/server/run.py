@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import threading
 from typing import Any
@@ -26,8 +27,9 @@ SHUTDOWN_RESERVE_S = 2.0
 log = logging.getLogger("mrjudge.server")
 
 
-def run_server(app: Any, config: ServerConfig, *, log_level: str = "info") -> None:
-    """Serve `app` on `config.host:config.port` until a signal; returns after a graceful shutdown."""
+def run_server(app: Any, config: ServerConfig, *, log_level: str = "info", sock: socket.socket | None = None) -> None:
+    """Serve `app` on `config.host:config.port` (or on `sock`, already bound) until a signal; returns after a
+    graceful shutdown."""
     import uvicorn
 
     class BoundedServer(uvicorn.Server):
@@ -46,7 +48,7 @@ def run_server(app: Any, config: ServerConfig, *, log_level: str = "info") -> No
     uvicorn_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level=log_level, timeout_graceful_shutdown=drain_s
     )
-    BoundedServer(uvicorn_config).run()
+    BoundedServer(uvicorn_config).run(sockets=[sock] if sock is not None else None)
 
 
 def _force_exit(grace_s: float) -> None:

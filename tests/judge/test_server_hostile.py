@@ -157,7 +157,7 @@ PROBES = [
         "max_request_pixels",
     ),
     # 2. work: 200 queries sharing one prompt are a 19,900-item round robin
-    ("/get_reward", get_reward(200), 413, "query", "19900 judge items"),
+    ("/get_reward", get_reward(200, tournament="round_robin"), 413, "query", "19900 judge items"),
     (
         "/v1/reward",
         reward(responses=[f"r{i}" for i in range(30)], mode="tournament"),
