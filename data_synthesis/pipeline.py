@@ -411,6 +411,35 @@ def _spec(fields: dict[str, Any] | None) -> ModelSpec | None:
     return None if fields is None else ModelSpec(**fields)
 
 
+def _records_stage(config: SynthConfig, out: Path) -> dict[str, Any]:
+    """`write_records` with the config's source options; a finished run with the same options is kept as it is
+    (re-checking every image of a 665k-row set takes a while, and its result would be the same)."""
+    import json
+
+    from data_synthesis.sources import FieldMap, write_records
+
+    options: dict[str, Any] = dict(
+        split=config.split,
+        dataset_config=config.dataset_config,
+        revision=config.revision,
+        limit=config.limit,
+        image_root=config.image_root,
+        source_name=config.source_name,
+        max_bad_fraction=config.max_bad_fraction,
+    )
+    wanted = {"source": str(config.source), "fields": dict(config.fields), **options}
+    summary_path = out / "records.summary.json"
+    if summary_path.exists() and (out / "records.jsonl").exists():
+        summary = json.loads(summary_path.read_text())
+        if summary.get("options") == wanted:
+            return summary
+    fields = FieldMap(**config.fields)
+    _, summary = write_records(config.source, out, fields=fields, image_workers=config.image_workers, **options)
+    summary["options"] = wanted
+    write_json_atomic(summary_path, summary)
+    return summary
+
+
 def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any]:
     """Run every stage into `config.out`; finished stages resume (skip their done ids)."""
     out = Path(config.out)
@@ -420,21 +449,7 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
 
         write_world(config.world_n, config.world_seed, out)
     else:
-        from data_synthesis.sources import FieldMap, write_records
-
-        summaries["records"] = write_records(
-            config.source,
-            out,
-            split=config.split,
-            dataset_config=config.dataset_config,
-            revision=config.revision,
-            limit=config.limit,
-            fields=FieldMap(**config.fields),
-            image_root=config.image_root,
-            source_name=config.source_name,
-            max_bad_fraction=config.max_bad_fraction,
-            image_workers=config.image_workers,
-        )[1]
+        summaries["records"] = _records_stage(config, out)
     common = dict(batch_size=config.batch_size, show_progress=show_progress, engine=engine_of(config))
     mllm = _spec(config.model)  # one spec (so one loaded model) for negatives and descriptions
     summaries["negatives"] = run_negatives(

@@ -350,3 +350,7 @@ def test_synth_all_reads_the_source_with_those_options(tiny_vlm_dir, tmp_path):
     assert [row["negatives_meta"]["attempts"] for row in negatives] == [1, 1, 1]  # max_attempts reached the stage
     described = [row for _, row in read_jsonl(tmp_path / "out" / "described.jsonl")]
     assert len(described) == 3 and all(len(row["description"]) < 80 for row in described)  # 4 new tokens each
+    # Run again: the records stage sees the same options and keeps its output (no second pass over the images).
+    before = (tmp_path / "out" / "records.jsonl").stat().st_mtime_ns
+    assert run_all(config, show_progress=False)["records"]["options"]["image_root"] == str(tmp_path / "pics")
+    assert (tmp_path / "out" / "records.jsonl").stat().st_mtime_ns == before
