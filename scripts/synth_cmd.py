@@ -41,6 +41,9 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}-field", help=f"column holding the {name} (default: the usual spellings)")
     parser.add_argument("--image-root", type=Path, help="folder that relative image paths are resolved against")
     parser.add_argument(
+        "--source-name", help="the records' `source` and derived-id prefix (default: file/dataset name)"
+    )
+    parser.add_argument(
         "--max-bad-fraction",
         type=float,
         default=DEFAULT_MAX_BAD_FRACTION,
@@ -192,6 +195,7 @@ def run_records(args: argparse.Namespace) -> int:
         limit=args.limit,
         fields=fields,
         image_root=args.image_root,
+        source_name=args.source_name,
         max_bad_fraction=args.max_bad_fraction,
         image_workers=args.image_workers,
     )

@@ -86,7 +86,8 @@ def test_llava_set_with_a_few_broken_images_skips_and_lists_them(llava_set, tmp_
     root, rows = llava_set
     source, bad = broken(root, rows, 2)  # 2 of 40 = 5 %: at the default limit, so skipped and listed
     out = tmp_path / "out"
-    assert main(["synth", "records", "--source", str(source), "--out", str(out), "--image-workers", "4"]) == 0
+    args = ["--image-workers", "4", "--source-name", "llava_v1_5"]
+    assert main(["synth", "records", "--source", str(source), "--out", str(out), *args]) == 0
     assert "wrote 38 records from 40 rows" in capsys.readouterr().out
     summary = json.loads((out / "records.summary.json").read_text())
     assert (summary["rows"], summary["records"], summary["bad_fraction"]) == (40, 38, 0.05)
@@ -95,6 +96,7 @@ def test_llava_set_with_a_few_broken_images_skips_and_lists_them(llava_set, tmp_
     assert "cannot decode" in summary["skipped"][1]["reason"] and "truncated" in summary["skipped"][1]["reason"]
     records = [row for _, row in read_jsonl(out / "records.jsonl")]
     assert [r["id"] for r in records] == [f"llava-{i}" for i in range(40) if f"llava-{i}" not in bad]
+    assert {r["source"] for r in records} == {"llava_v1_5"}
     # Kept as they came: the photos are referenced where they lie (the large ones too), never copied or re-encoded.
     assert records[3]["image"] == str((root / "coco" / "train2017" / f"{3:012d}.jpg").resolve())
     assert load_image(records[3]["image"]).size == (2400, 1800)
