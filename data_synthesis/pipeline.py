@@ -427,7 +427,9 @@ def _records_stage(config: SynthConfig, out: Path) -> dict[str, Any]:
         source_name=config.source_name,
         max_bad_fraction=config.max_bad_fraction,
     )
-    wanted = {"source": str(config.source), "fields": dict(config.fields), **options}
+    source = Path(config.source).expanduser()
+    stamp = [source.stat().st_size, source.stat().st_mtime_ns] if source.is_file() else None  # an edited file reruns
+    wanted = {"source": str(config.source), "source_file": stamp, "fields": dict(config.fields), **options}
     summary_path = out / "records.summary.json"
     if summary_path.exists() and (out / "records.jsonl").exists():
         summary = json.loads(summary_path.read_text())

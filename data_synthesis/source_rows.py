@@ -222,7 +222,7 @@ def _image_values(row: Mapping[str, Any], fields: FieldMap, record_id: str, wher
         raise _missing("image", fields, row, where)
     value = row[column]
     values = list(value) if isinstance(value, (list, tuple)) else [value]
-    if any(v is None or v == "" for v in values) or (not values and not isinstance(value, (list, tuple))):
+    if any(v is None or v == "" for v in values):
         # A present-but-empty image is more likely lost than intended, so it is never silently text-only.
         fix = "give the row its image, or drop the image column for text-only data"
         raise DataError("image", f"record {record_id!r}: column {column!r} is empty", fix, where)

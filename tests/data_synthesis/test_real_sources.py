@@ -356,3 +356,5 @@ def test_synth_all_reads_the_source_with_those_options(tiny_vlm_dir, tmp_path):
     before = (tmp_path / "out" / "records.jsonl").stat().st_mtime_ns
     assert run_all(config, show_progress=False)["records"]["options"]["image_root"] == str(tmp_path / "pics")
     assert (tmp_path / "out" / "records.jsonl").stat().st_mtime_ns == before
+    source.write_text(source.read_text().replace('"r3"', '"r4"'))  # the source changed: read it again
+    assert [s["id"] for s in run_all(config, show_progress=False)["records"]["skipped"]] == ["r4"]
