@@ -20,6 +20,7 @@ __all__ = [
     "LoadedModel",
     "default_device",
     "load_adapter_onto",
+    "load_base_config",
     "load_model",
     "load_processor",
     "merge_adapter_into",
@@ -185,7 +186,7 @@ def load_model(
             raise ValueError(f"dtype must be a torch dtype name such as 'bfloat16', got {dtype!r}")
     source = resolve_adapter(path, base)
     weights = source.base if source else path
-    config = _base_config(source) if source else AutoConfig.from_pretrained(path)
+    config = load_base_config(source) if source else AutoConfig.from_pretrained(path)
     is_vlm = _is_vlm_config(config)
     auto = AutoModelForImageTextToText if is_vlm else AutoModelForCausalLM
     model = auto.from_pretrained(weights, dtype=torch_dtype)
@@ -198,7 +199,8 @@ def load_model(
     return LoadedModel(model, processor, is_vlm, adapter=source)
 
 
-def _base_config(source: AdapterSource) -> Any:
+def load_base_config(source: AdapterSource) -> Any:
+    """The base's `config.json`; a base that will not load is reported as the adapter's problem, with the fix."""
     from transformers import AutoConfig
 
     try:

@@ -166,13 +166,21 @@ def prepare_model(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from judge.models import load_adapter_onto, load_processor, merge_adapter_into, processor_folder, resolve_adapter
+    from judge.models import (
+        load_adapter_onto,
+        load_base_config,
+        load_processor,
+        merge_adapter_into,
+        processor_folder,
+        resolve_adapter,
+    )
 
     source = resolve_adapter(args.model_name_or_path, args.base_model_name_or_path)
     # A local base is loaded by its absolute path, which PEFT writes into every adapter this run saves
     # (`base_model_name_or_path`), so the next command finds the base from any working directory.
     path = source.base if source else _absolute_if_local(args.model_name_or_path)
-    is_vlm = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
+    config = load_base_config(source) if source else AutoConfig.from_pretrained(path)
+    is_vlm = getattr(config, "vision_config", None) is not None
     auto = AutoModelForImageTextToText if is_vlm else AutoModelForCausalLM
     weights = checkpoint if checkpoint and not args.use_lora else path
     model = auto.from_pretrained(weights, dtype=dtype or torch.float32)
@@ -182,6 +190,7 @@ def prepare_model(
         model = load_adapter_onto(model, source, trainable=True)
         return model, processor, None  # already PEFT-wrapped: the trainer must not add a second adapter
     if source is not None and weights == path:  # a full fine-tuning checkpoint already holds the merged weights
+        _check_mergeable_here(source)
         model = merge_adapter_into(model, source)
     if args.freeze_vision and is_vlm:
         visual = getattr(model, "visual", None) or model.model.visual
@@ -204,6 +213,18 @@ def prepare_model(
 
 def _absolute_if_local(path: str) -> str:
     return str(Path(path).expanduser().resolve()) if Path(path).expanduser().is_dir() else path
+
+
+def _check_mergeable_here(source: Any) -> None:
+    """A merge needs whole weights; under DeepSpeed ZeRO-3 each rank holds a shard from the moment they load."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        raise ValueError(
+            f"model_name_or_path is the adapter {source.adapter} and use_lora=false asks to merge it, but under "
+            "DeepSpeed ZeRO-3 the base loads sharded and cannot be merged in place: run `mrjudge adapters merge "
+            f"{source.adapter} --out DIR` once and set model_name_or_path=DIR, or continue the adapter (use_lora=true)"
+        )
 
 
 def _warn_unused_lora_fields(args: JudgeModelArguments, adapter_config: dict[str, Any]) -> None:
