@@ -253,6 +253,9 @@ def test_judge_grpo_continues_the_sft_adapter(sft_adapter, tiny_vlm_dir, synth_d
         load_file(str(out / "adapter_model.safetensors")),
     )
     assert sft.keys() == grpo.keys(), "the same adapter, saved as the run's output"
+    # PEFT saves every adapter: TRL's frozen reference copy lands in ref/, the trained one at the top.
+    ref = load_file(str(out / "ref" / "adapter_model.safetensors"))
+    assert ref.keys() == sft.keys() and all(torch.equal(ref[k], sft[k]) for k in sft)
     assert _judge(out, items, tmp_path / "v.jsonl"), "and the next step loads it too"
 
 
