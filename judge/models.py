@@ -87,9 +87,7 @@ def resolve_adapter(path: str, base: str | None = None) -> AdapterSource | None:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{config_path} is not readable JSON ({exc}); re-save the adapter") from exc
     if base is not None:
-        return AdapterSource(
-            str(folder.resolve()), _checked_base(base, f"the base given ({base!r})", config_path), config
-        )
+        return AdapterSource(str(folder.resolve()), _checked_base(base, "the base given", config_path), config)
     named = config.get("base_model_name_or_path")
     if not named:
         raise ValueError(
