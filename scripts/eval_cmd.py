@@ -22,6 +22,7 @@ from typing import Any
 
 from scripts.engine_flags import add_engine_flags
 from scripts.judge_cmd import judge_config_from
+from scripts.model_flags import add_base_flag, base_options
 
 
 def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> None:
@@ -30,6 +31,7 @@ def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> N
         model_help += "; leave out with --predictions"
     parser.add_argument("--model", required=not predictions, help=model_help)
     parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
+    add_base_flag(parser)
     parser.add_argument("--out", required=True, type=Path, help="run directory (metrics.json, predictions.jsonl, …)")
     parser.add_argument("--limit", type=int, help="only the first N items")
     parser.add_argument("--seed", type=int, default=0, help="seeds display orders, sampling and coin flips")
@@ -137,6 +139,11 @@ def judge_model_spec(args: argparse.Namespace, model: str | None = None) -> Any:
         options["device"] = args.device
     if args.api_key and model is None:
         options["api_key"] = args.api_key
+    if model is None:
+        try:
+            options.update(base_options(args, args.model, args.backend))
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from exc
     return ModelSpec(model or args.model, None if model else args.backend, options)
 
 

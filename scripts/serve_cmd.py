@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.judge_cmd import judge_config_from
+from scripts.model_flags import add_base_flag, base_options
 
 SERVER_FLAGS_DEST = "server_"
 
@@ -46,6 +47,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--model", required=True, help="model folder or hub id, or an OpenAI-compatible server URL (http://…/v1)"
     )
     parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
+    add_base_flag(parser)
     parser.add_argument("--server-config", type=Path, help="YAML file with ServerConfig fields; flags override it")
     parser.add_argument(
         "--no-batching", action="store_true", help="judge one request at a time (same as --max-batch-items 1)"
@@ -137,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if backend == "openai" and args.backend_api_key:
         backend_kwargs["api_key"] = args.backend_api_key
     try:
+        backend_kwargs.update(base_options(args, args.model, backend))
         engine = make_backend(args.model, backend, **backend_kwargs)
     except (ImportError, OSError, ValueError) as exc:
         print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)

@@ -5,6 +5,16 @@
 
 The data are `rl/train.jsonl` items from `mrjudge synth assemble`; the reward is
 `training.rewards.JudgeReward`: 0.9 · correct + 0.1 · well-formed, 0 past the length budget.
+
+From a LoRA warm-up SFT, either continue its adapter or start from the merged judge (docs/lora-handoff.md):
+
+    mrjudge train grpo --config configs/judge_grpo_tiny.yaml model_name_or_path=runs/judge-sft-lora use_lora=true
+    mrjudge adapters merge runs/judge-sft-lora --out runs/judge-sft-merged
+    mrjudge train grpo --config configs/judge_grpo_tiny.yaml model_name_or_path=runs/judge-sft-merged
+
+Continuing trains the SFT adapter itself (its rank and targets; with beta > 0 TRL keeps a frozen copy of it
+as the KL reference) and writes an adapter; the merged start trains all weights, or a new LoRA with
+use_lora=true whose base is the merged folder.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ The data are prompts, one JSON object per line: `{"prompt", "image"?, "images"?,
 `judge.reward_fn`'s: each prompt's `num_generations` completions are judged against each other (listwise),
 against the reference answer (pairwise) or in a tournament, by a reward server (`judge_server_url`) or a
 judge loaded in each training process (`judge_model`).
+
+Starting from an SFT run's LoRA adapter folder (`model_name_or_path=runs/policy-sft-lora`): `use_lora=true`
+continues that adapter, `use_lora=false` merges it and trains all weights; for a fresh LoRA over the SFT
+model, `mrjudge adapters merge` it first (docs/lora-handoff.md). `judge_model` takes an adapter folder too.
 """
 
 from __future__ import annotations
@@ -37,7 +41,11 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
 
     # Policy and data (the model, LoRA and resume fields are shared with the judge recipes)
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Policy to train: a folder or hub id, text LM or VLM (e.g. Qwen2.5-VL-7B)."}
+        default=None,
+        metadata={
+            "help": "Policy to train: a folder or hub id, text LM or VLM (e.g. Qwen2.5-VL-7B), or a LoRA adapter "
+            "folder from an SFT run (use_lora=true continues that adapter; false merges it and trains all weights)."
+        },
     )
     train_file: str | None = field(
         default=None,
