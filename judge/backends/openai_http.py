@@ -173,4 +173,26 @@ class OpenAIBackend:
                 step_alternatives=lambda step: [(alt.token, alt.logprob) for alt in content[step].top_logprobs or []],
                 locate=lambda pos: locate_token(pieces, pos),
             )
-        return Generation(text=text, label_logprobs=label_logprobs)
+        return Generation(
+            text=text,
+            label_logprobs=label_logprobs,
+            reasoning=_reasoning_of(choice.message),
+            finish_reason=choice.finish_reason,
+            usage=_usage_of(response),
+        )
+
+
+def _reasoning_of(message: Any) -> str | None:
+    """A reasoning parser's output: `reasoning` (vLLM >= 0.11), or `reasoning_content` (older vLLM, DeepSeek)."""
+    for name in ("reasoning", "reasoning_content"):
+        value = getattr(message, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _usage_of(response: Any) -> dict[str, int] | None:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    return {"prompt_tokens": int(usage.prompt_tokens or 0), "completion_tokens": int(usage.completion_tokens or 0)}

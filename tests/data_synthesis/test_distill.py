@@ -8,6 +8,7 @@ from data_synthesis.distill import (
     Distiller,
     ModelReasoner,
     ModelRewriter,
+    Rewritten,
     RuleRewriter,
     align_style,
     strip_hint,
@@ -15,6 +16,7 @@ from data_synthesis.distill import (
 )
 from data_synthesis.prompts import hint_sentence
 from judge.backends import make_backend
+from judge.backends.base import SamplingParams
 from tests.support.openai_server import make_app, serve
 
 REWRITES = [
@@ -80,7 +82,8 @@ def test_model_chain_through_transformers(parrot_loaded):
 
     backend = TransformersBackend(parrot_loaded)
     items = _items()
-    rows = Distiller(ModelReasoner(backend, max_new_tokens=64), ModelRewriter(backend, max_new_tokens=64))(items)
+    greedy = SamplingParams(max_new_tokens=64)  # the parrot's answers are checked greedy
+    rows = Distiller(ModelReasoner(backend, greedy), ModelRewriter(backend, greedy))(items)
     _check(rows, items)
     assert rows[0]["versions"] == {
         "reason": "reason@v1",
@@ -92,7 +95,7 @@ def test_model_chain_through_transformers(parrot_loaded):
 def test_model_reasoner_through_openai_http_with_rule_rewriter(parrot_loaded):
     items = _items(4)
     with serve(make_app(parrot_loaded)) as url:
-        rows = Distiller(ModelReasoner(make_backend(url), max_new_tokens=64), RuleRewriter())(items)
+        rows = Distiller(ModelReasoner(make_backend(url), SamplingParams(max_new_tokens=64)), RuleRewriter())(items)
     _check(rows, items)
     assert rows[0]["versions"]["hint_removal"] == "rules@v1"
 
@@ -110,10 +113,15 @@ def test_hint_leak_and_unparsed_are_dropped():
     class Keep:
         tags = {"hint_removal": None, "style_align": None}
 
-        def __call__(self, texts):
-            return texts, texts
+        def __call__(self, texts, row_ids=None):
+            return [Rewritten(t, t) for t in texts]
 
-    items = _items(3)
-    texts = ["<think>The hint says A.</think><answer>A</answer>", "no answer at all", "<answer>A</answer>"]
+    items = _items(4)
+    texts = [
+        "<think>The hint says A.</think><answer>A</answer>",
+        "no answer at all",
+        "<answer>A</answer>",  # nothing to keep as reasoning
+        "<think>First.</think><think>Second.</think><answer>A</answer>",  # a nested second block
+    ]
     rows = Distiller(Fixed(texts), Keep())(items)
-    assert [r["drop_reason"] for r in rows] == ["hint_leak", "unparsed", "bad_format"]
+    assert [r["drop_reason"] for r in rows] == ["hint_leak", "unparsed", "no_reasoning", "nested_think"]
