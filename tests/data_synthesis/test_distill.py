@@ -11,6 +11,7 @@ from data_synthesis.distill import (
     Rewritten,
     RuleRewriter,
     align_style,
+    normalize_trace,
     strip_hint,
     summarize_distilled,
 )
@@ -121,7 +122,32 @@ def test_hint_leak_and_unparsed_are_dropped():
         "<think>The hint says A.</think><answer>A</answer>",
         "no answer at all",
         "<answer>A</answer>",  # nothing to keep as reasoning
-        "<think>First.</think><think>Second.</think><answer>A</answer>",  # a nested second block
+        "<think>Own thinking.</think><think>Written.</think><answer>B</answer>",  # native, then the asked block
     ]
     rows = Distiller(Fixed(texts), Keep())(items)
-    assert [r["drop_reason"] for r in rows] == ["hint_leak", "unparsed", "no_reasoning", "nested_think"]
+    assert [r["drop_reason"] for r in rows] == ["hint_leak", "unparsed", "no_reasoning", None]
+    assert rows[3]["completion"] == "<think>Own thinking.</think><answer>B</answer>"
+
+
+NORMAL_FORMS = [
+    # (a model's answer text, normal form or None, drop reason)
+    ("<think>Red matches.</think><answer>A</answer>", "<think>Red matches.</think><answer>A</answer>", None),
+    ("Red matches. <answer>A</answer>", "<think>Red matches.</think><answer>A</answer>", None),  # no tags: before
+    ("<think>One.</think><think>Two.</think><answer>A</answer>", None, "nested_think"),  # two blocks in a body
+    (  # sentences that plan the tags go; the reasoning stays
+        "<think>I put this in <think> tags. Red matches.</think><answer>B</answer>",
+        "<think>Red matches.</think><answer>B</answer>",
+        None,
+    ),
+    (
+        "<think>Red matches. I use <answer> tags.</think><answer>B</answer>",
+        "<think>Red matches.</think><answer>B</answer>",
+        None,
+    ),
+    ("<think>Red matches.</think>", None, "unparsed"),
+]
+
+
+@pytest.mark.parametrize(("body", "normal", "reason"), NORMAL_FORMS)
+def test_normalize_trace(body, normal, reason):
+    assert normalize_trace(body, 2) == (normal, reason)
