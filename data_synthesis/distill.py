@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from data_synthesis.negatives import PAPER_CATEGORIES
 from data_synthesis.prompts import HINT_REMOVAL, REASON, STYLE_ALIGN, hint_sentence, lettered
 from data_synthesis.sampling import generate_rows, sampling_for
 from data_synthesis.thinking import Reply, read_reply, think_blocks
@@ -326,20 +327,6 @@ class Distiller:
             "versions": versions,
             "usage": {"completion_tokens": tokens},
         }
-
-
-PAPER_CATEGORIES: dict[str, str] = {
-    "hallucinated_object": "hallucination",
-    "hallucinated_attribute": "hallucination",
-    "hallucinated_count": "hallucination",
-    "hallucinated_spatial": "hallucination",
-    "hallucinated_text": "hallucination",
-    "incomplete": "incompleteness",
-    "incorrect_reasoning": "incorrect_reasoning",
-    "incorrect_knowledge": "incorrect_knowledge",
-}
-"""The eight fine flaw types → the error kinds MR. Judge's negative-synthesis prompt asks for (Pi et al. 2025,
-arXiv 2505.13403, Table 1: hallucination, incompleteness, incorrect reasoning, incorrect knowledge)."""
 
 
 def _fractions(rows: list[Row], category: Any) -> dict[str, float]:

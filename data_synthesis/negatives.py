@@ -37,6 +37,7 @@ from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 
 __all__ = [
+    "PAPER_CATEGORIES",
     "ModelNegatives",
     "SceneNegatives",
     "negatives_tokens",
@@ -49,6 +50,20 @@ Row = dict[str, Any]
 
 _STOPWORDS = frozenset("a an the is are was were it this that there of in on at to and or be its".split())
 REJECTION_KINDS = ("truncated", "invalid_json", "invalid_flaw", "equals_reference", "restates_reference", "duplicate")
+
+
+PAPER_CATEGORIES: dict[str, str] = {
+    "hallucinated_object": "hallucination",
+    "hallucinated_attribute": "hallucination",
+    "hallucinated_count": "hallucination",
+    "hallucinated_spatial": "hallucination",
+    "hallucinated_text": "hallucination",
+    "incomplete": "incompleteness",
+    "incorrect_reasoning": "incorrect_reasoning",
+    "incorrect_knowledge": "incorrect_knowledge",
+}
+"""The eight fine flaw types → the error kinds MR. Judge's negative-synthesis prompt asks for (Pi et al. 2025,
+arXiv 2505.13403, Table 1: hallucination, incompleteness, incorrect reasoning, incorrect knowledge)."""
 
 
 def normalize_answer(text: str) -> str:
@@ -246,6 +261,9 @@ def summarize_negatives(rows: list[Row]) -> dict[str, Any]:
     return {
         "negatives": sum(flaws.values()),
         "negatives_per_flaw": dict(sorted(flaws.items())),
+        "negatives_per_paper_category": dict(
+            sorted(Counter(PAPER_CATEGORIES.get(f, f) for f in flaws.elements()).items())
+        ),
         "rejected": dict(sorted(rejected.items())),
         "rows_without_negatives": sum(not row["negatives"] for row in rows),
         "mean_attempts": round(sum(r["negatives_meta"]["attempts"] for r in rows) / max(len(rows), 1), 3),

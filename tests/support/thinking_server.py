@@ -19,7 +19,8 @@ The reasoner's thinking is `THINKING.format(...)`: it names the key, checks each
 description, and mentions the hint (which the rewriter must remove). Rewrite prompts are answered by a
 thinking rewriter whose own thinking (`REWRITER_THINKING`) must never reach a kept trace; in the key's
 mode `think_in_content` it writes that thinking as a leading `<think>` block, followed by the rewrite.
-Describe and negatives prompts get a description / a JSON list. `delay_s` holds every answer back (for
+Describe and negatives prompts get a description / a JSON list (thinking apart; cut off in mode
+`truncated`, which the key `""` gives every request that names no other key). `delay_s` holds every answer back (for
 throughput); `app.state.stats` counts requests per key, records each request's sampling fields, and keeps the most
 requests seen in flight at once.
 """
@@ -165,6 +166,8 @@ def make_thinking_app(
             if text.startswith("Rewrite the judgement below"):
                 return JSONResponse(_rewrite(text, mode))
             if "Correct answer:" in text:
+                if mode == "truncated":
+                    return JSONResponse(_reply('[{"answer": "The sha', finish="length"))
                 return JSONResponse(_negatives(text))
             if text.startswith("Describe this image"):
                 if mode == "truncated":
