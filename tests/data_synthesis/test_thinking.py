@@ -298,3 +298,43 @@ def test_model_negatives_and_descriptions_from_a_thinking_server(tmp_path):
             run_describe(tmp_path, tmp_path, describer="model", model=_spec(url), show_progress=False)
     failed = [row for _, row in read_jsonl(tmp_path / "described.failed.jsonl")]
     assert [(f["id"], f["reason"]) for f in failed] == [(f"r{i}", "truncated") for i in range(4)]
+
+
+def test_synth_all_config_fields_reach_every_model_stage(tmp_path):
+    from data_synthesis.pipeline import run_all
+
+    app = make_thinking_app(delay_s=0.2)  # long enough for requests to overlap
+    with serve(app) as url:
+        spec = {"model": url, "backend": "openai", "options": {"timeout": 5.0, "max_retries": 1}}
+        config = SynthConfig(
+            out=str(tmp_path / "s"),
+            world_n=6,
+            negatives_generator="model",
+            describer="model",
+            reasoner="model",
+            rewriter="model",
+            model=spec,
+            reasoner_model=spec,
+            generator_sampling={"seed": 4},
+            describer_sampling={"max_tokens": 300},
+            reasoner_sampling={"max_tokens": 1000, "temperature": 0.5},
+            rewriter_sampling={"max_tokens": 700},
+            concurrency=3,
+        )
+        summaries = run_all(config, show_progress=False)
+    assert summaries["negatives"]["n_out"] == 6 and summaries["described"]["failed"] == 0
+    assert summaries["distilled"]["n_out"] == summaries["items"]["items"] and summaries["distilled"]["failed"] == 0
+    budgets = {s["max_tokens"] for s in app.state.stats["sampling"]}
+    assert budgets == {2048, 300, 1000, 700}  # generator default, then each stage's own
+    assert {s["temperature"] for s in app.state.stats["sampling"] if s["max_tokens"] == 1000} == {0.5}
+    assert app.state.stats["max_in_flight"] > 1
+
+    # Failed negatives (within the fraction) hold the chain before assemble, so items never change under it.
+    with serve(make_thinking_app({"": "fail500:1000"})) as url:
+        spec = {"model": url, "backend": "openai", "options": {"timeout": 5.0, "max_retries": 0}}
+        config = SynthConfig(
+            out=str(tmp_path / "held"), world_n=4, negatives_generator="model", model=spec, max_failed_fraction=1.0
+        )
+        summaries = run_all(config, show_progress=False)
+    assert summaries["negatives"]["failed"] == 4 and "held_back" in summaries and "items" not in summaries
+    assert not (tmp_path / "held" / "items.jsonl").exists()
