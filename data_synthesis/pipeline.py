@@ -33,7 +33,15 @@ from data_synthesis.sampling import (
     StageSampling,
     sampling_for,
 )
-from data_synthesis.stages import WHOLE, Shard, check_failures, read_stage, run_stage, write_json_atomic
+from data_synthesis.stages import (
+    WHOLE,
+    Shard,
+    check_failures,
+    read_stage,
+    run_stage,
+    valid_fraction,
+    write_json_atomic,
+)
 from judge.backends.spec import ModelSpec
 from judge.engine import BatchFn, Engine
 from judge.jsonl import read_jsonl, write_jsonl_atomic
@@ -112,6 +120,7 @@ def run_negatives(
     """Negatives for every record; `sampling` is the generator's decoding (its seed defaults to `seed`)."""
     from data_synthesis.negatives import ModelNegatives, SceneNegatives, negatives_tokens, summarize_negatives
 
+    valid_fraction(max_failed_fraction)  # before any work, not after it
     rows = load_rows(input_dir, "records", out_dir)
     overrides = _overrides("generator", sampling, max_tokens=max_new_tokens)
     params = sampling_for("generator", overrides)
@@ -159,6 +168,7 @@ def run_describe(
 ) -> tuple[list[Row], dict[str, Any]]:
     from data_synthesis.describe import ModelDescriber, SceneDescriber, described_tokens
 
+    valid_fraction(max_failed_fraction)  # before any work, not after it
     rows = load_rows(input_dir, "negatives", out_dir)
     params = sampling_for("describer", sampling)
     if describer == "scene":
@@ -246,6 +256,7 @@ def run_distill(
     """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl."""
     from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
 
+    valid_fraction(max_failed_fraction)  # before any work, not after it
     out_dir = Path(out_dir)
     items = load_rows(input_dir, "items", out_dir)
     if reasoner == "scene":

@@ -108,7 +108,7 @@ def sampling_for(stage: str, overrides: StageSampling | dict[str, Any] | None = 
             seed=merged["seed"],
         )
     except ValueError as exc:
-        raise ValueError(f"--{stage}-…: {exc}") from exc
+        raise ValueError(f"{stage} sampling (--{stage}-… flags, or {stage}_sampling in a config): {exc}") from exc
 
 
 def row_seed(seed: int | None, row_id: object, salt: int = 0) -> int | None:

@@ -123,10 +123,15 @@ class TooManyFailures(RuntimeError):
         self.summary = summary
 
 
-def check_failures(summary: dict[str, Any], max_failed_fraction: float) -> dict[str, Any]:
-    """`summary` unchanged, or `TooManyFailures` when the failed share is above `max_failed_fraction`."""
+def valid_fraction(max_failed_fraction: float) -> float:
     if not 0.0 <= max_failed_fraction <= 1.0:
         raise ValueError(f"--max-failed-fraction must be in [0, 1], got {max_failed_fraction}")
+    return max_failed_fraction
+
+
+def check_failures(summary: dict[str, Any], max_failed_fraction: float) -> dict[str, Any]:
+    """`summary` unchanged, or `TooManyFailures` when the failed share is above `max_failed_fraction`."""
+    valid_fraction(max_failed_fraction)
     n, failed = summary.get("n_in", 0), summary.get("failed", 0)
     if failed and failed > max_failed_fraction * n:
         raise TooManyFailures(summary, max_failed_fraction)
@@ -258,7 +263,7 @@ def run_stage(
                 writer.write(ok)
                 spent += sum(tokens(row) for row in ok) if tokens else 0
                 elapsed = max(time.perf_counter() - start, 1e-9)
-                rate = f"{spent / elapsed:,.0f} tok/s" if tokens else ""
+                rate = f"{spent / elapsed:,.0f} tok/s" if spent else ""
                 if failures:
                     rate += f" · {len(failures)} failed"
                 progress.update(task, advance=len(batches[index]), rate=rate)
