@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.prompts import NEGATIVES
-from data_synthesis.records import FLAWS, Negative
+from data_synthesis.records import FLAWS, Negative, image_refs
 from data_synthesis.sampling import generate_rows, sampling_for
 from data_synthesis.thinking import read_reply
 from judge.backends.base import Backend, ChatRequest, SamplingParams
@@ -181,7 +181,7 @@ class ModelNegatives:
         self.seed, self.image_root = seed, image_root
 
     def _request(self, row: Row) -> ChatRequest:
-        images = [load_image(row["image"], self.image_root)] if row.get("image") is not None else []
+        images = [load_image(ref, self.image_root) for ref in image_refs(row.get("image"))]
         return ChatRequest.user(NEGATIVES.format(n=str(self.n), question=row["question"], answer=row["answer"]), images)
 
     def __call__(self, rows: list[Row]) -> list[Row]:

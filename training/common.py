@@ -76,6 +76,13 @@ class JudgeModelArguments:
         default=None, metadata={"help": "Training data from `mrjudge synth` (sft/train.jsonl or rl/train.jsonl)."}
     )
     eval_file: str | None = field(default=None, metadata={"help": "Optional validation data in the same format."})
+    keep_text_only_rows: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep text-only rows of a data file that also has images (default: drop them, with their count "
+            "in the log; under DeepSpeed ZeRO-3 a batch without images on one rank hangs training)."
+        },
+    )
     resume: bool = field(
         default=False,
         metadata={"help": "Resume from the last checkpoint in output_dir (optimizer and RNG state included)."},

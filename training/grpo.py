@@ -77,8 +77,9 @@ def build_grpo_trainer(
     # TRL left-pads prompt ids and re-encodes the images with the processor's own padding: the two must
     # agree, or Qwen2.5-VL's mm_token_type_ids land beside the image tokens and the rotary index fails.
     getattr(processor, "tokenizer", processor).padding_side = "left"
-    train = load_grpo_dataset(config.train_file, config.prompt_config())
-    evaluation = load_grpo_dataset(config.eval_file, config.prompt_config()) if config.eval_file else None
+    prompt, keep = config.prompt_config(), config.keep_text_only_rows
+    train = load_grpo_dataset(config.train_file, prompt, keep_text_only=keep)
+    evaluation = load_grpo_dataset(config.eval_file, prompt, keep_text_only=keep) if config.eval_file else None
     return with_vision_learning_rate(GRPOTrainer, config)(
         model=model,
         args=config,

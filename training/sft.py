@@ -41,8 +41,9 @@ def build_sft_trainer(
 
     dtype = torch.bfloat16 if config.bf16 else torch.float32
     model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
-    train = load_sft_dataset(config.train_file)
-    evaluation = load_sft_dataset(config.eval_file) if config.eval_file else None
+    keep = config.keep_text_only_rows
+    train = load_sft_dataset(config.train_file, keep_text_only=keep)
+    evaluation = load_sft_dataset(config.eval_file, keep_text_only=keep) if config.eval_file else None
     return with_vision_learning_rate(SFTTrainer, config)(
         model=model,
         args=config,
