@@ -6,26 +6,44 @@ description of a synthetic-world scene. Both add `description` and `description_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from data_synthesis.prompts import DESCRIBE
 from data_synthesis.records import image_refs
+from data_synthesis.sampling import RequestFailed, generate_rows, sampling_for
+from data_synthesis.thinking import read_reply
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 
-__all__ = ["ModelDescriber", "SceneDescriber"]
+__all__ = ["ModelDescriber", "SceneDescriber", "described_tokens"]
 
 Row = dict[str, Any]
 
 
 class ModelDescriber:
-    """Describe images with an MLLM; one batched backend call per batch of rows."""
+    """Describe images with an MLLM; one batched backend call per batch of rows.
+
+    A thinking model's thinking is left out of the description. A description cut at the token budget is
+    not used: the row fails with reason `truncated` (`described.failed.jsonl`) and is asked again by the
+    next run; raise `--describer-max-tokens` if many are.
+    """
 
     name = "model"
 
-    def __init__(self, backend: Backend, *, max_new_tokens: int = 512, image_root: str | Path | None = None) -> None:
-        self.backend, self.max_new_tokens, self.image_root = backend, max_new_tokens, image_root
+    def __init__(
+        self,
+        backend: Backend,
+        params: SamplingParams | None = None,
+        *,
+        max_new_tokens: int | None = None,
+        image_root: str | Path | None = None,
+    ) -> None:
+        params = params or sampling_for("describer")
+        if max_new_tokens is not None:
+            params = replace(params, max_new_tokens=max_new_tokens)
+        self.backend, self.params, self.image_root = backend, params, image_root
 
     def __call__(self, rows: list[Row]) -> list[Row]:
         requests = [
@@ -34,11 +52,23 @@ class ModelDescriber:
             )
             for row in rows
         ]
-        replies = self.backend.generate(requests, SamplingParams(max_new_tokens=self.max_new_tokens))
-        meta = {"describer": self.name, "prompt": DESCRIBE.tag}
+        replies = [read_reply(r) for r in generate_rows(self.backend, requests, self.params, [r["id"] for r in rows])]
+        cut = [row["id"] for row, reply in zip(rows, replies) if reply.truncated]
+        if cut:
+            raise RequestFailed("truncated", f"description of {cut[0]!r} reached the token budget")
         return [
-            {**row, "description": reply.text.strip(), "description_meta": meta} for row, reply in zip(rows, replies)
+            {
+                **row,
+                "description": reply.body,
+                "description_meta": {"describer": self.name, "prompt": DESCRIBE.tag, "completion_tokens": reply.tokens},
+            }
+            for row, reply in zip(rows, replies)
         ]
+
+
+def described_tokens(row: Row) -> int:
+    """Completion tokens a described row cost (for the progress bar's tokens/s)."""
+    return int(row.get("description_meta", {}).get("completion_tokens", 0))
 
 
 class SceneDescriber:

@@ -25,20 +25,45 @@ import random
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from data_synthesis.prompts import NEGATIVES
 from data_synthesis.records import FLAWS, Negative, image_refs
+from data_synthesis.sampling import generate_rows, sampling_for
+from data_synthesis.thinking import read_reply
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 
-__all__ = ["ModelNegatives", "SceneNegatives", "normalize_answer", "parse_negatives_reply", "screen_negatives"]
+__all__ = [
+    "PAPER_CATEGORIES",
+    "ModelNegatives",
+    "SceneNegatives",
+    "negatives_tokens",
+    "normalize_answer",
+    "parse_negatives_reply",
+    "screen_negatives",
+]
 
 Row = dict[str, Any]
 
 _STOPWORDS = frozenset("a an the is are was were it this that there of in on at to and or be its".split())
-REJECTION_KINDS = ("invalid_json", "invalid_flaw", "equals_reference", "restates_reference", "duplicate")
+REJECTION_KINDS = ("truncated", "invalid_json", "invalid_flaw", "equals_reference", "restates_reference", "duplicate")
+
+
+PAPER_CATEGORIES: dict[str, str] = {
+    "hallucinated_object": "hallucination",
+    "hallucinated_attribute": "hallucination",
+    "hallucinated_count": "hallucination",
+    "hallucinated_spatial": "hallucination",
+    "hallucinated_text": "hallucination",
+    "incomplete": "incompleteness",
+    "incorrect_reasoning": "incorrect_reasoning",
+    "incorrect_knowledge": "incorrect_knowledge",
+}
+"""The eight fine flaw types → the error kinds MR. Judge's negative-synthesis prompt asks for (Pi et al. 2025,
+arXiv 2505.13403, Table 1: hallucination, incompleteness, incorrect reasoning, incorrect knowledge)."""
 
 
 def normalize_answer(text: str) -> str:
@@ -118,11 +143,17 @@ def _meta(generator: str, prompt: str | None, attempts: int, rejected: Counter) 
 class ModelNegatives:
     """Ask an MLLM (any `judge` backend) for flawed answers, batched, validated, retried.
 
+    A reply cut at the token budget is counted as `truncated` (its JSON is never trusted) and the row is
+    asked again; a thinking model's thinking is set aside, so a JSON list it drafted while thinking is not
+    read as its answer.
+
     Args:
         backend: the generator model.
         n: negatives wanted per record.
         max_attempts: calls per record before settling for fewer than `n`.
-        temperature: sampling temperature (variety across attempts needs > 0).
+        params: decoding (default: the generator's, `data_synthesis.sampling`); `temperature`, `top_p` and
+            `max_new_tokens` override single fields.
+        seed: attempt a of row r is seeded from (seed, r, a); None leaves sampling unseeded.
         image_root: folder relative image paths are resolved against.
     """
 
@@ -134,16 +165,20 @@ class ModelNegatives:
         *,
         n: int = 3,
         max_attempts: int = 3,
-        temperature: float = 0.7,
-        max_new_tokens: int = 512,
-        seed: int = 0,
+        params: SamplingParams | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_new_tokens: int | None = None,
+        seed: int | None = 0,
         image_root: str | Path | None = None,
     ) -> None:
         if n < 1 or max_attempts < 1:
             raise ValueError(f"n ({n}) and max_attempts ({max_attempts}) must be at least 1")
-        self.backend, self.n, self.max_attempts = backend, n, max_attempts
-        self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
-        self.image_root = image_root
+        params = params or sampling_for("generator")
+        overrides = {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens}
+        params = replace(params, **{k: v for k, v in overrides.items() if v is not None})
+        self.backend, self.n, self.max_attempts, self.params = backend, n, max_attempts, params
+        self.seed, self.image_root = seed, image_root
 
     def _request(self, row: Row) -> ChatRequest:
         images = [load_image(ref, self.image_root) for ref in image_refs(row.get("image"))]
@@ -153,16 +188,23 @@ class ModelNegatives:
         kept: dict[str, list[Negative]] = {row["id"]: [] for row in rows}
         rejected: dict[str, Counter] = {row["id"]: Counter() for row in rows}
         attempts: dict[str, int] = {row["id"]: 0 for row in rows}
+        spent: dict[str, int] = {row["id"]: 0 for row in rows}
         requests = {row["id"]: self._request(row) for row in rows}  # images decoded once, reused by retries
         pending = list(rows)
         for attempt in range(self.max_attempts):
             if not pending:
                 break
-            params = SamplingParams(self.max_new_tokens, self.temperature, seed=self.seed * 1000 + attempt)
-            replies = self.backend.generate([requests[row["id"]] for row in pending], params)
-            for row, reply in zip(pending, replies):
+            seed = None if self.seed is None else self.seed * 1000 + attempt
+            params = replace(self.params, seed=seed)
+            ids = [row["id"] for row in pending]
+            generations = generate_rows(self.backend, [requests[i] for i in ids], params, ids, salt=attempt)
+            for row, reply in zip(pending, map(read_reply, generations)):
                 attempts[row["id"]] += 1
-                parsed = parse_negatives_reply(reply.text)
+                spent[row["id"]] += reply.tokens
+                if reply.truncated:
+                    rejected[row["id"]]["truncated"] += 1
+                    continue
+                parsed = parse_negatives_reply(reply.body)
                 if parsed is None:
                     rejected[row["id"]]["invalid_json"] += 1
                     continue
@@ -174,7 +216,10 @@ class ModelNegatives:
             {
                 **row,
                 "negatives": [n.to_dict() for n in kept[row["id"]]],
-                "negatives_meta": _meta(self.name, NEGATIVES.tag, attempts[row["id"]], rejected[row["id"]]),
+                "negatives_meta": {
+                    **_meta(self.name, NEGATIVES.tag, attempts[row["id"]], rejected[row["id"]]),
+                    "completion_tokens": spent[row["id"]],
+                },
             }
             for row in rows
         ]
@@ -216,7 +261,16 @@ def summarize_negatives(rows: list[Row]) -> dict[str, Any]:
     return {
         "negatives": sum(flaws.values()),
         "negatives_per_flaw": dict(sorted(flaws.items())),
+        "negatives_per_paper_category": dict(
+            sorted(Counter(PAPER_CATEGORIES.get(f, f) for f in flaws.elements()).items())
+        ),
         "rejected": dict(sorted(rejected.items())),
         "rows_without_negatives": sum(not row["negatives"] for row in rows),
         "mean_attempts": round(sum(r["negatives_meta"]["attempts"] for r in rows) / max(len(rows), 1), 3),
+        "truncated": rejected.get("truncated", 0),
     }
+
+
+def negatives_tokens(row: Row) -> int:
+    """Completion tokens a negatives row cost (for the progress bar's tokens/s)."""
+    return int(row.get("negatives_meta", {}).get("completion_tokens", 0))

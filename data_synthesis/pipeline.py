@@ -10,7 +10,8 @@ folder is fine and is what `synth all` does); image paths are rewritten relative
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,22 @@ from data_synthesis.assemble import (
     to_sft_example,
 )
 from data_synthesis.prompts import DESCRIBE
-from data_synthesis.stages import WHOLE, Shard, read_stage, run_stage, write_json_atomic
+from data_synthesis.sampling import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    STAGES,
+    StageSampling,
+    sampling_for,
+)
+from data_synthesis.stages import (
+    WHOLE,
+    Shard,
+    check_failures,
+    read_stage,
+    run_stage,
+    valid_fraction,
+    write_json_atomic,
+)
 from judge.backends.spec import ModelSpec
 from judge.engine import BatchFn, Engine
 from judge.jsonl import read_jsonl, write_jsonl_atomic
@@ -44,6 +60,9 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
+
+DEFAULT_MAX_FAILED_FRACTION = 0.05
+"""A stage whose failed rows stay at or under this share of its input still succeeds (exit status 0)."""
 
 
 def _rebase(rows: list[Row], src: Path, dst: Path) -> list[Row]:
@@ -99,23 +118,32 @@ def run_negatives(
     shard: Shard = WHOLE,
     batch_size: int = 16,
     max_attempts: int = 3,
-    max_new_tokens: int = 512,
+    max_new_tokens: int | None = None,
+    sampling: StageSampling | dict[str, Any] | None = None,
+    concurrency: int = 1,
+    max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
     engine: Engine | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
-    from data_synthesis.negatives import ModelNegatives, SceneNegatives, summarize_negatives
+    """Negatives for every record; `sampling` is the generator's decoding (its seed defaults to `seed`)."""
+    from data_synthesis.negatives import ModelNegatives, SceneNegatives, negatives_tokens, summarize_negatives
 
+    valid_fraction(max_failed_fraction)  # before any work, not after it
     rows = load_rows(input_dir, "records", out_dir)
+    overrides = _overrides("generator", sampling, max_tokens=max_new_tokens)
+    params = sampling_for("generator", overrides)
     if generator == "scene":
         process: Any = SceneNegatives(n=n, seed=seed)
     elif generator == "model":
         if model is None:
             raise ValueError("--generator model needs --model (a folder, hub id or server URL)")
-        options = dict(n=n, seed=seed, max_attempts=max_attempts, max_new_tokens=max_new_tokens, image_root=out_dir)
+        model = _for_synthesis(model, concurrency)
+        gen_seed = seed if overrides.seed is None else overrides.seed
+        options = dict(n=n, seed=gen_seed, max_attempts=max_attempts, params=params, image_root=out_dir)
         process = _on_model(ModelNegatives, model, **options)
     else:
         raise ValueError(f"--generator must be 'model' or 'scene', got {generator!r}")
-    return run_stage(
+    _, summary = result = run_stage(
         "negatives",
         rows,
         process,
@@ -125,7 +153,11 @@ def run_negatives(
         summarize=summarize_negatives,
         show_progress=show_progress,
         engine=engine,
+        concurrency=_concurrency(concurrency, model if generator == "model" else None),
+        tokens=negatives_tokens,
     )
+    check_failures(summary, max_failed_fraction)
+    return result
 
 
 def run_describe(
@@ -134,24 +166,30 @@ def run_describe(
     *,
     describer: str = "scene",
     model: ModelSpec | None = None,
-    max_new_tokens: int = 512,
+    max_new_tokens: int | None = None,
     shard: Shard = WHOLE,
     batch_size: int = 16,
+    sampling: StageSampling | dict[str, Any] | None = None,
+    concurrency: int = 1,
+    max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
     engine: Engine | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
-    from data_synthesis.describe import ModelDescriber, SceneDescriber
+    from data_synthesis.describe import ModelDescriber, SceneDescriber, described_tokens
 
+    valid_fraction(max_failed_fraction)  # before any work, not after it
     rows = load_rows(input_dir, "negatives", out_dir)
+    params = sampling_for("describer", _overrides("describer", sampling, max_tokens=max_new_tokens))
     if describer == "scene":
         process: Any = SceneDescriber()
     elif describer == "model":
         if model is None:
             raise ValueError("--describer model needs --model")
-        process = _on_model(ModelDescriber, model, max_new_tokens=max_new_tokens, image_root=out_dir)
+        model = _for_synthesis(model, concurrency)
+        process = _on_model(ModelDescriber, model, params=params, image_root=out_dir)
     else:
         raise ValueError(f"--describer must be 'model' or 'scene', got {describer!r}")
-    return run_stage(
+    _, summary = result = run_stage(
         "described",
         rows,
         process,
@@ -160,7 +198,11 @@ def run_describe(
         batch_size=batch_size,
         show_progress=show_progress,
         engine=engine,
+        concurrency=_concurrency(concurrency, model if describer == "model" else None),
+        tokens=described_tokens,
     )
+    check_failures(summary, max_failed_fraction)
+    return result
 
 
 def run_assemble(
@@ -213,12 +255,17 @@ def run_distill(
     rewriter_model: ModelSpec | None = None,
     shard: Shard = WHOLE,
     batch_size: int = 16,
+    reasoner_sampling: StageSampling | dict[str, Any] | None = None,
+    rewriter_sampling: StageSampling | dict[str, Any] | None = None,
+    concurrency: int = 1,
+    max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
     engine: Engine | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl."""
-    from data_synthesis.distill import SceneReasoner, summarize_distilled
+    from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
 
+    valid_fraction(max_failed_fraction)  # before any work, not after it
     out_dir = Path(out_dir)
     items = load_rows(input_dir, "items", out_dir)
     if reasoner == "scene":
@@ -229,8 +276,12 @@ def run_distill(
         raise ValueError("--rewriter model needs --rewriter-model (or --reasoner-model)")
     if rewriter not in ("rules", "model"):
         raise ValueError(f"--rewriter must be 'rules' or 'model', got {rewriter!r}")
-    reason = (reasoner, reasoner_style, reasoner_model)
-    rewrite = (rewriter, rewriter_model or reasoner_model)
+    reasoner_spec = _for_synthesis(reasoner_model, concurrency) if reasoner == "model" else None
+    rewriter_spec = _for_synthesis(rewriter_model or reasoner_model, concurrency) if rewriter == "model" else None
+    if rewriter_model is None and reasoner_spec is not None and rewriter_spec is not None:
+        rewriter_spec = reasoner_spec  # one spec, so one loaded model, for both
+    reason = (reasoner, reasoner_style, reasoner_spec, sampling_for("reasoner", reasoner_sampling))
+    rewrite = (rewriter, rewriter_spec, sampling_for("rewriter", rewriter_sampling))
     rows, summary = run_stage(
         "distilled",
         items,
@@ -241,10 +292,37 @@ def run_distill(
         summarize=summarize_distilled,
         show_progress=show_progress,
         engine=engine,
+        concurrency=_concurrency(concurrency, reasoner_spec, rewriter_spec),
+        tokens=distilled_tokens,
     )
     if shard.count == 1:
         summary.update(write_sft_examples(items, rows, out_dir))
+        write_json_atomic(out_dir / "distilled.summary.json", summary)
+    check_failures(summary, max_failed_fraction)
     return rows, summary
+
+
+def _overrides(stage: str, sampling: StageSampling | dict[str, Any] | None, **fields: Any) -> StageSampling:
+    """`sampling` as a `StageSampling`, with the set keyword fields (older flags such as --max-new-tokens) on top."""
+    base = sampling if isinstance(sampling, StageSampling) else StageSampling.from_dict(stage, sampling)
+    return replace(base, **{k: v for k, v in fields.items() if v is not None})
+
+
+def _for_synthesis(spec: ModelSpec | None, concurrency: int) -> ModelSpec | None:
+    """An HTTP spec with synthesis-sized client settings (long timeout, `concurrency` in flight per batch)."""
+    if spec is None or spec.backend_name != "openai":
+        return spec
+    options = {"timeout": DEFAULT_REQUEST_TIMEOUT_S, "max_concurrency": max(concurrency, 1), **spec.options}
+    return ModelSpec(spec.model, spec.backend, options)
+
+
+def _concurrency(concurrency: int, *specs: ModelSpec | None) -> int:
+    """Rows in flight: `concurrency` when every model of the stage is behind HTTP, else 1 (batches feed
+    an in-process engine better than threads do)."""
+    if concurrency < 1:
+        raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
+    models = [spec for spec in specs if spec is not None]
+    return concurrency if models and all(spec.backend_name == "openai" for spec in models) else 1
 
 
 def _build_on_model(cls: Any, spec: ModelSpec, options: dict[str, Any]) -> Any:
@@ -256,22 +334,21 @@ def _on_model(cls: Any, spec: ModelSpec, **options: Any) -> BatchFn:
     return BatchFn.on_models(partial(_build_on_model, cls, spec, options), spec, name=cls.__name__)
 
 
-def _distiller(reason: tuple[str, str, ModelSpec | None], rewrite: tuple[str, ModelSpec | None]) -> Any:
-    """The distillation step from its (kind, style, spec) parts, built where the batches run."""
+def _distiller(reason: tuple, rewrite: tuple) -> Any:
+    """The distillation step from its (kind, style, spec, params) parts, built where the batches run."""
     from data_synthesis.distill import Distiller, ModelReasoner, ModelRewriter, RuleRewriter, SceneReasoner
 
-    (reasoner, style, reasoner_spec), (rewriter, rewriter_spec) = reason, rewrite
-    reasoning = SceneReasoner(style) if reasoner == "scene" else ModelReasoner(reasoner_spec.build())
-    rewriting = RuleRewriter() if rewriter == "rules" else ModelRewriter(rewriter_spec.build())
+    (reasoner, style, reasoner_spec, reasoner_params), (rewriter, rewriter_spec, rewriter_params) = reason, rewrite
+    reasoning = SceneReasoner(style) if reasoner == "scene" else ModelReasoner(reasoner_spec.build(), reasoner_params)
+    rewriting = RuleRewriter() if rewriter == "rules" else ModelRewriter(rewriter_spec.build(), rewriter_params)
     return Distiller(reasoning, rewriting)
 
 
-def _distill_work(reason: tuple[str, str, ModelSpec | None], rewrite: tuple[str, ModelSpec | None]) -> BatchFn:
+def _distill_work(reason: tuple, rewrite: tuple) -> BatchFn:
     build = partial(_distiller, reason, rewrite)
     if "model" not in (reason[0], rewrite[0]):
         return BatchFn(build, name="distilled")
-    specs = [reason[2] if reason[0] == "model" else None, rewrite[1] if rewrite[0] == "model" else None]
-    return BatchFn.on_models(build, *specs, name="distilled")
+    return BatchFn.on_models(build, reason[2], rewrite[1], name="distilled")
 
 
 def write_sft_examples(
@@ -349,11 +426,11 @@ class SynthConfig:
     negatives_n: int = 3
     negatives_max_attempts: int = 3
     """Model calls per record before settling for fewer negatives (`synth negatives --max-attempts`)."""
-    negatives_max_new_tokens: int = 512
-    """Generation budget per negatives call (`synth negatives --max-new-tokens`)."""
+    negatives_max_new_tokens: int | None = None
+    """Same as `generator_sampling.max_tokens` (kept for older configs); unset: the generator's 2048."""
     describer: str = "scene"
-    describe_max_new_tokens: int = 512
-    """Generation budget per description (`synth describe --max-new-tokens`)."""
+    describe_max_new_tokens: int | None = None
+    """Same as `describer_sampling.max_tokens` (kept for older configs); unset: the describer's 2048."""
     reasoner: str = "scene"
     reasoner_style: str = "diff"
     """The scene reasoner's trace layout: one of `data_synthesis.world.REASONER_STYLES` (see `scene_reasoner`)."""
@@ -371,8 +448,30 @@ class SynthConfig:
     """Where the per-row stages run: "local" (this process) or "ray" (Ray Data; see `ray`)."""
     ray: dict[str, Any] = field(default_factory=dict)
     """RayConfig fields for `engine: ray` (address, workers, num_cpus_per_worker, num_gpus_per_worker)."""
+    # Model stages: decoding, requests in flight, tolerated failures (data_synthesis.sampling)
+    reasoner_sampling: dict[str, Any] = field(default_factory=dict)
+    """temperature / top_p / max_tokens / seed for the reasoner; unset fields: 0.6 / 0.95 / 32768 / none."""
+    rewriter_sampling: dict[str, Any] = field(default_factory=dict)
+    """The same for the model rewriter; unset fields: 0.6 / 0.95 / 32768 / none."""
+    describer_sampling: dict[str, Any] = field(default_factory=dict)
+    """The same for the model describer; unset fields: 0.0 / 1.0 / 2048 / none."""
+    generator_sampling: dict[str, Any] = field(default_factory=dict)
+    """The same for the model negatives generator; unset fields: 0.7 / 0.8 / 2048 / `seed`."""
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Requests in flight to an HTTP endpoint (model stages whose models are all behind HTTP)."""
+    max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION
+    """A stage with more failed rows than this share of its input stops the chain (exit status 2)."""
+    assemble_with_failures: bool = False
+    """Assemble although negatives/describe left failed rows. Off: the chain stops before assemble, because
+    letter balancing spans every row, so assembling now and again after the retry would change items."""
 
     def __post_init__(self) -> None:
+        for stage in STAGES:
+            sampling_for(stage, getattr(self, f"{stage}_sampling"))  # unknown keys or bad values fail here
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if not 0.0 <= self.max_failed_fraction <= 1.0:
+            raise ValueError(f"max_failed_fraction must be in [0, 1], got {self.max_failed_fraction}")
         if self.engine not in ("local", "ray"):
             raise ValueError(f"engine must be 'local' or 'ray', got {self.engine!r}")
         from judge.engine import RayConfig
@@ -443,7 +542,12 @@ def _records_stage(config: SynthConfig, out: Path) -> dict[str, Any]:
 
 
 def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any]:
-    """Run every stage into `config.out`; finished stages resume (skip their done ids)."""
+    """Run every stage into `config.out`; finished stages resume (skip their done ids, retry failed rows).
+
+    A stage with more failed rows than `max_failed_fraction` raises `TooManyFailures`. Fewer failed rows
+    in negatives or describe stop the chain before assemble (`held_back` in the summary; run again to
+    retry them) unless `assemble_with_failures`.
+    """
     out = Path(config.out)
     summaries: dict[str, Any] = {}
     if config.source is None:
@@ -452,7 +556,13 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         write_world(config.world_n, config.world_seed, out)
     else:
         summaries["records"] = _records_stage(config, out)
-    common = dict(batch_size=config.batch_size, show_progress=show_progress, engine=engine_of(config))
+    common = dict(
+        batch_size=config.batch_size,
+        show_progress=show_progress,
+        engine=engine_of(config),
+        concurrency=config.concurrency,
+        max_failed_fraction=config.max_failed_fraction,
+    )
     mllm = _spec(config.model)  # one spec (so one loaded model) for negatives and descriptions
     summaries["negatives"] = run_negatives(
         out,
@@ -463,11 +573,27 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         seed=config.seed,
         max_attempts=config.negatives_max_attempts,
         max_new_tokens=config.negatives_max_new_tokens,
+        sampling=config.generator_sampling,
         **common,
     )[1]
     summaries["described"] = run_describe(
-        out, out, describer=config.describer, model=mllm, max_new_tokens=config.describe_max_new_tokens, **common
+        out,
+        out,
+        describer=config.describer,
+        model=mllm,
+        max_new_tokens=config.describe_max_new_tokens,
+        sampling=config.describer_sampling,
+        **common,
     )[1]
+    failed = {stage: summaries[stage]["failed"] for stage in ("negatives", "described") if summaries[stage]["failed"]}
+    if failed and not config.assemble_with_failures:
+        summaries["held_back"] = (
+            f"failed rows in {failed}: assemble and distill wait for them; run the same command again to retry "
+            "them (or set assemble_with_failures: true)"
+        )
+        print(f"synth all: {summaries['held_back']}", file=sys.stderr)
+        write_json_atomic(out / "synth.summary.json", summaries)
+        return summaries
     assembly = AssembleConfig(**{"seed": config.seed, **config.assemble})
     summaries["items"] = run_assemble(out, out, assembly, engine=common["engine"])[1]
     summaries["distilled"] = run_distill(
@@ -478,6 +604,8 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         reasoner_model=_spec(config.reasoner_model),
         rewriter=config.rewriter,
         rewriter_model=_spec(config.rewriter_model),
+        reasoner_sampling=config.reasoner_sampling,
+        rewriter_sampling=config.rewriter_sampling,
         **common,
     )[1]
     write_json_atomic(out / "synth.summary.json", summaries)

@@ -7,6 +7,11 @@ rows to a batch of output rows. `run_stage` does the rest, the same way for all 
   coordination, and a shard's output does not depend on how the others ran;
 - output goes through `ResumableJsonlWriter`: a job killed at any moment (even SIGKILL) and started again
   skips the ids it finished and ends with the same file an uninterrupted run writes;
+- a row whose model request still fails after the client's retries is set aside, not fatal: it goes to
+  `OUT/<stage>.failed.jsonl` with its reason, is counted in the summary, and the next run of the same
+  command retries it (with the missing rows), ending with the file an uninterrupted run writes;
+- `concurrency` > 1 sends each row as its own call, that many in flight (an HTTP endpoint stays busy
+  instead of waiting for the slowest reply of each batch);
 - a summary (counts plus whatever the stage adds) is written atomically as JSON next to the output;
 - the batches run on an engine (`judge.engine`): this process, or a Ray Data pipeline across a cluster.
   The driver cuts the batches and writes what comes back, so the output is the same on either engine.
@@ -21,15 +26,26 @@ import os
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from judge.engine import BatchFn, Engine, LocalEngine
-from judge.jsonl import ResumableJsonlWriter, read_jsonl
+from judge.jsonl import ResumableJsonlWriter, read_jsonl, write_jsonl_atomic
 
-__all__ = ["WHOLE", "Shard", "read_stage", "run_stage", "stage_path", "write_json_atomic"]
+__all__ = [
+    "WHOLE",
+    "Shard",
+    "TooManyFailures",
+    "check_failures",
+    "read_stage",
+    "run_stage",
+    "stage_path",
+    "write_json_atomic",
+]
 
 Row = dict[str, Any]
 
@@ -74,7 +90,7 @@ def read_stage(folder: str | Path, stage: str) -> list[Row]:
     whole = folder / f"{stage}.jsonl"
     if whole.exists():
         return [row for _, row in read_jsonl(whole)]
-    shards = sorted(folder.glob(f"{stage}-*-of-*.jsonl"))
+    shards = sorted(p for p in folder.glob(f"{stage}-*-of-*.jsonl") if not p.name.endswith(".failed.jsonl"))
     if not shards:
         raise FileNotFoundError(f"no {stage}.jsonl (or shards of it) in {folder}: run `mrjudge synth {stage}` first")
     rows = [row for path in shards for _, row in read_jsonl(path)]
@@ -91,6 +107,92 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+FAILED = "__failed__"
+"""Key of the marker a guarded batch function returns for a row whose request failed."""
+
+
+class TooManyFailures(RuntimeError):
+    """More rows failed than `--max-failed-fraction` allows; the summary is attached."""
+
+    def __init__(self, summary: dict[str, Any], limit: float) -> None:
+        stage, n, failed = summary["stage"], summary["n_in"], summary["failed"]
+        super().__init__(
+            f"{stage}: {failed} of {n} rows failed ({summary['failed_by_reason']}), above --max-failed-fraction "
+            f"{limit}; see {summary['failed_file']} — fix the endpoint and run the same command again to retry them"
+        )
+        self.summary = summary
+
+
+def valid_fraction(max_failed_fraction: float) -> float:
+    if not 0.0 <= max_failed_fraction <= 1.0:
+        raise ValueError(f"--max-failed-fraction must be in [0, 1], got {max_failed_fraction}")
+    return max_failed_fraction
+
+
+def check_failures(summary: dict[str, Any], max_failed_fraction: float) -> dict[str, Any]:
+    """`summary` unchanged, or `TooManyFailures` when the failed share is above `max_failed_fraction`."""
+    valid_fraction(max_failed_fraction)
+    n, failed = summary.get("n_in", 0), summary.get("failed", 0)
+    if failed and failed > max_failed_fraction * n:
+        raise TooManyFailures(summary, max_failed_fraction)
+    return summary
+
+
+class _Guarded:
+    """Builds a batch function whose failed requests become per-row failure markers instead of errors.
+
+    A batch that fails is tried again row by row, so one bad row does not take its batch-mates with it.
+    Only `RequestFailed` (a request that failed after the client's retries) is caught; anything else is a
+    real error and stops the stage.
+    """
+
+    def __init__(self, build: Callable[[], Callable[[list[Row]], list[Row]]]) -> None:
+        self.build = build
+
+    def __call__(self) -> Callable[[list[Row]], list[Row]]:
+        from data_synthesis.sampling import RequestFailed
+
+        run = self.build()
+
+        def failed(row: Row, exc: RequestFailed) -> Row:
+            return {"id": row["id"], FAILED: exc.reason, "error": str(exc)}
+
+        def guarded(batch: list[Row]) -> list[Row]:
+            try:
+                return list(run(batch))
+            except RequestFailed as exc:
+                if len(batch) == 1:
+                    return [failed(batch[0], exc)]
+            out: list[Row] = []
+            for row in batch:
+                try:
+                    out.extend(run([row]))
+                except RequestFailed as exc:
+                    out.append(failed(row, exc))
+            return out
+
+        return guarded
+
+
+def _guard(work: BatchFn) -> BatchFn:
+    return replace(work, build=_Guarded(work.build))
+
+
+def _rows_one_at_a_time(
+    run: Callable[[list[Row]], list[Row]], rows: list[Row], concurrency: int
+) -> Iterator[tuple[int, list[Row]]]:
+    """Each row its own call, `concurrency` calls in flight (threads: the calls wait on HTTP)."""
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="synth")
+    futures = {pool.submit(run, [row]): index for index, row in enumerate(rows)}
+    try:
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # a real error: do not wait for the requests in flight
+        raise
+    pool.shutdown(wait=True)
+
+
 def run_stage(
     stage: str,
     rows: Sequence[Row],
@@ -102,8 +204,14 @@ def run_stage(
     summarize: Callable[[list[Row]], dict[str, Any]] | None = None,
     show_progress: bool = True,
     engine: Engine | None = None,
+    concurrency: int = 1,
+    tokens: Callable[[Row], int] | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Process this shard's rows in batches, resumably; return all its output rows and the summary.
+
+    A row whose model request still fails after the client's retries is not written to the output: it goes
+    to `<stage>.failed.jsonl` with its reason, is counted in the summary (`failed`, `failed_by_reason`),
+    and is tried again by the next run of the same command, like any row missing from the output.
 
     Args:
         stage: the stage name (output file stem).
@@ -115,24 +223,59 @@ def run_stage(
         batch_size: rows per `process` call (model stages batch their backend requests by it).
         summarize: extra summary figures from all output rows of the shard.
         engine: where the batches run (default: this process).
+        concurrency: above 1 (local engine), each row is its own `process` call, this many in flight at
+            once: the way to keep an HTTP endpoint busy without waiting for the slowest row of a batch.
+        tokens: completion tokens an output row cost, for the progress bar's tokens/s.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    if concurrency < 1:
+        raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
     engine = engine or LocalEngine()
-    work = BatchFn.of(process, stage)
+    work = _guard(BatchFn.of(process, stage))
     mine = [row for row in rows if shard.owns(row["id"])]
     out_path = stage_path(out_dir, stage, shard)
+    failed_path = out_path.with_name(f"{stage}{shard.suffix()}.failed.jsonl")
+    failures: list[Row] = []
+    spent = 0
     start = time.perf_counter()
     with ResumableJsonlWriter(out_path) as writer:
         todo = [row for row in mine if row["id"] not in writer.done_ids]
-        columns = (TextColumn(f"{stage}{shard.suffix()}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        columns = (
+            TextColumn(f"{stage}{shard.suffix()}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+        )
         with Progress(*columns, disable=not show_progress) as progress:
-            task = progress.add_task(stage, total=len(mine), completed=len(mine) - len(todo))
-            batches = [todo[offset : offset + batch_size] for offset in range(0, len(todo), batch_size)]
-            for index, done in engine.map_batches(batches, work):
-                writer.write(done)
-                progress.advance(task, len(batches[index]))
+            task = progress.add_task(stage, total=len(mine), completed=len(mine) - len(todo), rate="")
+            one_by_one = concurrency > 1 and engine.name == "local"
+            if one_by_one:
+                batches = [[row] for row in todo]
+                results = _rows_one_at_a_time(work.build(), todo, concurrency)
+            else:
+                batches = [todo[offset : offset + batch_size] for offset in range(0, len(todo), batch_size)]
+                results = engine.map_batches(batches, work)
+            for index, done in results:
+                ok = [row for row in done if FAILED not in row]
+                failures += [row for row in done if FAILED in row]
+                writer.write(ok)
+                spent += sum(tokens(row) for row in ok) if tokens else 0
+                elapsed = max(time.perf_counter() - start, 1e-9)
+                rate = f"{spent / elapsed:,.0f} tok/s" if spent else ""
+                if failures:
+                    rate += f" · {len(failures)} failed"
+                progress.update(task, advance=len(batches[index]), rate=rate)
         writer.finish(order=[row["id"] for row in mine])
+    position = {row["id"]: i for i, row in enumerate(mine)}
+    failures.sort(key=lambda row: position[row["id"]])
+    if failures:
+        write_jsonl_atomic(
+            failed_path, [{"id": f["id"], "reason": f[FAILED], "error": f.get("error", "")} for f in failures]
+        )
+    else:
+        failed_path.unlink(missing_ok=True)
     out_rows = [row for _, row in read_jsonl(out_path)]
     wall_s = time.perf_counter() - start
     summary: dict[str, Any] = {
@@ -141,9 +284,16 @@ def run_stage(
         "n_in": len(mine),
         "n_out": len(out_rows),
         "n_processed_now": len(todo),
+        "failed": len(failures),
+        "failed_by_reason": dict(sorted(Counter(f[FAILED] for f in failures).items())),
+        "failed_file": str(failed_path) if failures else None,
         "engine": engine.name,
+        "concurrency": concurrency if concurrency > 1 and engine.name == "local" else None,
         "wall_s": round(wall_s, 3),
     }
+    if tokens:
+        summary["completion_tokens_now"] = spent
+        summary["tokens_per_s"] = round(spent / wall_s, 1) if wall_s > 0 else None
     if summarize:
         summary.update(summarize(out_rows))
     write_json_atomic(Path(out_dir) / f"{stage}{shard.suffix()}.summary.json", summary)

@@ -8,6 +8,8 @@ mrjudge synth assemble --input runs/synth --out runs/synth
 mrjudge synth distill --input runs/synth --out runs/synth --reasoner scene
 mrjudge synth negatives --input data/ --out runs/neg --generator model --model Qwen/Qwen2.5-VL-7B-Instruct \
     --backend vllm --engine ray --ray-address auto          # one vLLM actor per GPU of the cluster
+mrjudge synth distill --input runs/real --out runs/real --reasoner model --reasoner-model http://127.0.0.1:8000/v1 \
+    --rewriter model --reasoner-max-tokens 16384 --concurrency 256     # a `vllm serve Qwen/QwQ-32B` endpoint
 mrjudge synth all --config configs/synth_world.yaml
 """
 
@@ -63,6 +65,51 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     add_engine_flags(parser)
 
 
+# -- model-stage decoding, concurrency and failure flags (data_synthesis.sampling) --------------------------
+
+
+def _sampling_flags(parser: argparse.ArgumentParser, stage: str) -> None:
+    """--<stage>-temperature / -top-p / -max-tokens / -seed; unset flags take the stage's documented default."""
+    from data_synthesis.sampling import DEFAULTS, SOURCES
+
+    d = DEFAULTS[stage]
+    group = parser.add_argument_group(f"{stage} decoding", f"defaults from: {SOURCES[stage]}")
+    group.add_argument(f"--{stage}-temperature", type=float, help=f"default {d.temperature}")
+    group.add_argument(f"--{stage}-top-p", type=float, help=f"default {d.top_p}")
+    group.add_argument(f"--{stage}-max-tokens", type=int, help=f"default {d.max_tokens} (thinking included)")
+    group.add_argument(f"--{stage}-seed", type=int, help="per-row seeds derived from it; default: unseeded")
+
+
+def _sampling_from(args: argparse.Namespace, stage: str) -> dict:
+    """The set `--<stage>-…` flags as StageSampling fields."""
+    key = stage.replace("-", "_")
+    values = {field: getattr(args, f"{key}_{field}") for field in ("temperature", "top_p", "max_tokens", "seed")}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _throughput_flags(parser: argparse.ArgumentParser) -> None:
+    from data_synthesis.pipeline import DEFAULT_MAX_FAILED_FRACTION
+    from data_synthesis.sampling import DEFAULT_CONCURRENCY
+
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"requests in flight to an HTTP endpoint (default {DEFAULT_CONCURRENCY}: vLLM's max_num_seqs)",
+    )
+    parser.add_argument(
+        "--max-failed-fraction",
+        type=float,
+        default=DEFAULT_MAX_FAILED_FRACTION,
+        help="rows whose requests still fail after retries go to <stage>.failed.jsonl; above this share of "
+        f"the input the stage exits 2 (default {DEFAULT_MAX_FAILED_FRACTION}); rerun to retry them",
+    )
+
+
+def _throughput_from(args: argparse.Namespace) -> dict:
+    return {"concurrency": args.concurrency, "max_failed_fraction": args.max_failed_fraction}
+
+
 def _spec(model: str | None, backend: str | None):
     from data_synthesis.pipeline import ModelSpec
 
@@ -105,15 +152,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _model_args(p)
     p.add_argument("--n", type=int, default=3, help="negatives per record (default 3)")
     p.add_argument("--max-attempts", type=int, default=3, help="model calls per record before settling for fewer")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per model call")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, help="same as --generator-max-tokens (kept for old scripts)")
+    p.add_argument("--seed", type=int, default=0, help="scene draws; the generator's seed unless --generator-seed")
+    _sampling_flags(p, "generator")
+    _throughput_flags(p)
     p.set_defaults(run=run_negatives)
 
     p = stages.add_parser("describe", help="describe each image in text (distillation step 1)")
     _job_args(p)
     p.add_argument("--describer", choices=("model", "scene"), default="scene")
     _model_args(p)
-    p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per description")
+    p.add_argument("--max-new-tokens", type=int, help="same as --describer-max-tokens (kept for old scripts)")
+    _sampling_flags(p, "describer")
+    _throughput_flags(p)
     p.set_defaults(run=run_describe)
 
     p = stages.add_parser("assemble", help="build balanced MC items and train/val splits (judge RL data)")
@@ -142,6 +193,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _model_args(p, "reasoner")
     p.add_argument("--rewriter", choices=("model", "rules"), default="rules")
     _model_args(p, "rewriter")
+    _sampling_flags(p, "reasoner")
+    _sampling_flags(p, "rewriter")
+    _throughput_flags(p)
     p.set_defaults(run=run_distill)
 
     p = stages.add_parser("all", help="run the whole chain from a YAML config")
@@ -154,6 +208,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def _print(summary: dict) -> int:
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
+
+
+def _stage(run, *args, **kwargs) -> int:
+    """Run a stage and print its summary; too many failed rows print it too, then exit 2."""
+    from data_synthesis.stages import TooManyFailures
+
+    try:
+        _, summary = run(*args, **kwargs)
+    except TooManyFailures as exc:
+        _print(exc.summary)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return _print(summary)
 
 
 def _guard(fn):
@@ -210,7 +277,8 @@ def run_negatives(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_negatives as run
     from data_synthesis.stages import Shard
 
-    _, summary = run(
+    return _stage(
+        run,
         args.input,
         args.out,
         generator=args.generator,
@@ -221,9 +289,10 @@ def run_negatives(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_attempts=args.max_attempts,
         max_new_tokens=args.max_new_tokens,
+        sampling=_sampling_from(args, "generator"),
         engine=engine_from(args),
+        **_throughput_from(args),
     )
-    return _print(summary)
 
 
 @_guard
@@ -231,7 +300,8 @@ def run_describe(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_describe as run
     from data_synthesis.stages import Shard
 
-    _, summary = run(
+    return _stage(
+        run,
         args.input,
         args.out,
         describer=args.describer,
@@ -239,9 +309,10 @@ def run_describe(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,
+        sampling=_sampling_from(args, "describer"),
         engine=engine_from(args),
+        **_throughput_from(args),
     )
-    return _print(summary)
 
 
 @_guard
@@ -260,7 +331,8 @@ def run_distill(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_distill as run
     from data_synthesis.stages import Shard
 
-    _, summary = run(
+    return _stage(
+        run,
         args.input,
         args.out,
         reasoner=args.reasoner,
@@ -270,9 +342,11 @@ def run_distill(args: argparse.Namespace) -> int:
         rewriter_model=_spec(args.rewriter_model, args.rewriter_backend),
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,
+        reasoner_sampling=_sampling_from(args, "reasoner"),
+        rewriter_sampling=_sampling_from(args, "rewriter"),
         engine=engine_from(args),
+        **_throughput_from(args),
     )
-    return _print(summary)
 
 
 @_guard
@@ -291,4 +365,11 @@ def run_all(args: argparse.Namespace) -> int:
         if config.engine != "ray":
             raise ValueError("--ray-address needs --engine ray (or `engine: ray` in the config)")
         config.ray = {**config.ray, "address": args.ray_address}
-    return _print(run(config))
+    from data_synthesis.stages import TooManyFailures
+
+    try:
+        return _print(run(config))
+    except TooManyFailures as exc:
+        _print(exc.summary)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -77,6 +77,13 @@ class Generation:
     label_logprobs: list[float] | None = None
     """Log-prob of each option label (in display order) at the answer position; `-inf` for a label the
     engine did not report; `None` when there are no log-probs (engine, or no parsable answer)."""
+    reasoning: str | None = None
+    """A thinking model's reasoning when the server returns it apart from `text` (vLLM's reasoning
+    parsers: `message.reasoning`, formerly `reasoning_content`); `None` when it is not separated."""
+    finish_reason: str | None = None
+    """Why generation stopped, where the engine says: "stop", or "length" when cut at the token budget."""
+    usage: dict[str, int] | None = None
+    """`{"prompt_tokens", "completion_tokens"}` as the engine counted them, where it reports them."""
 
 
 class Backend(Protocol):

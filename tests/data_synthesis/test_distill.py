@@ -8,13 +8,16 @@ from data_synthesis.distill import (
     Distiller,
     ModelReasoner,
     ModelRewriter,
+    Rewritten,
     RuleRewriter,
     align_style,
+    normalize_trace,
     strip_hint,
     summarize_distilled,
 )
 from data_synthesis.prompts import hint_sentence
 from judge.backends import make_backend
+from judge.backends.base import SamplingParams
 from tests.support.openai_server import make_app, serve
 
 REWRITES = [
@@ -80,7 +83,8 @@ def test_model_chain_through_transformers(parrot_loaded):
 
     backend = TransformersBackend(parrot_loaded)
     items = _items()
-    rows = Distiller(ModelReasoner(backend, max_new_tokens=64), ModelRewriter(backend, max_new_tokens=64))(items)
+    greedy = SamplingParams(max_new_tokens=64)  # the parrot's answers are checked greedy
+    rows = Distiller(ModelReasoner(backend, greedy), ModelRewriter(backend, greedy))(items)
     _check(rows, items)
     assert rows[0]["versions"] == {
         "reason": "reason@v1",
@@ -92,7 +96,7 @@ def test_model_chain_through_transformers(parrot_loaded):
 def test_model_reasoner_through_openai_http_with_rule_rewriter(parrot_loaded):
     items = _items(4)
     with serve(make_app(parrot_loaded)) as url:
-        rows = Distiller(ModelReasoner(make_backend(url), max_new_tokens=64), RuleRewriter())(items)
+        rows = Distiller(ModelReasoner(make_backend(url), SamplingParams(max_new_tokens=64)), RuleRewriter())(items)
     _check(rows, items)
     assert rows[0]["versions"]["hint_removal"] == "rules@v1"
 
@@ -110,10 +114,40 @@ def test_hint_leak_and_unparsed_are_dropped():
     class Keep:
         tags = {"hint_removal": None, "style_align": None}
 
-        def __call__(self, texts):
-            return texts, texts
+        def __call__(self, texts, row_ids=None):
+            return [Rewritten(t, t) for t in texts]
 
-    items = _items(3)
-    texts = ["<think>The hint says A.</think><answer>A</answer>", "no answer at all", "<answer>A</answer>"]
+    items = _items(4)
+    texts = [
+        "<think>The hint says A.</think><answer>A</answer>",
+        "no answer at all",
+        "<answer>A</answer>",  # nothing to keep as reasoning
+        "<think>Own thinking.</think><think>Written.</think><answer>B</answer>",  # native, then the asked block
+    ]
     rows = Distiller(Fixed(texts), Keep())(items)
-    assert [r["drop_reason"] for r in rows] == ["hint_leak", "unparsed", "bad_format"]
+    assert [r["drop_reason"] for r in rows] == ["hint_leak", "unparsed", "no_reasoning", None]
+    assert rows[3]["completion"] == "<think>Own thinking.</think><answer>B</answer>"
+
+
+NORMAL_FORMS = [
+    # (a model's answer text, normal form or None, drop reason)
+    ("<think>Red matches.</think><answer>A</answer>", "<think>Red matches.</think><answer>A</answer>", None),
+    ("Red matches. <answer>A</answer>", "<think>Red matches.</think><answer>A</answer>", None),  # no tags: before
+    ("<think>One.</think><think>Two.</think><answer>A</answer>", None, "nested_think"),  # two blocks in a body
+    (  # sentences that plan the tags go; the reasoning stays
+        "<think>I put this in <think> tags. Red matches.</think><answer>B</answer>",
+        "<think>Red matches.</think><answer>B</answer>",
+        None,
+    ),
+    (
+        "<think>Red matches. I use <answer> tags.</think><answer>B</answer>",
+        "<think>Red matches.</think><answer>B</answer>",
+        None,
+    ),
+    ("<think>Red matches.</think>", None, "unparsed"),
+]
+
+
+@pytest.mark.parametrize(("body", "normal", "reason"), NORMAL_FORMS)
+def test_normalize_trace(body, normal, reason):
+    assert normalize_trace(body, 2) == (normal, reason)
