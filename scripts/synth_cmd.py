@@ -4,6 +4,7 @@ mrjudge synth world --n 200 --seed 0 --out runs/synth
 mrjudge synth negatives --input runs/synth --out runs/synth --generator scene
 mrjudge synth negatives --input data/ --out runs/neg --generator model --model Qwen/Qwen2.5-VL-7B-Instruct --shard 0/8
 mrjudge synth describe --input runs/synth --out runs/synth --describer scene
+mrjudge synth describe --input data/ --out runs/desc --describer model --model http://127.0.0.1:8000/v1 --max-pixels 1003520
 mrjudge synth assemble --input runs/synth --out runs/synth
 mrjudge synth distill --input runs/synth --out runs/synth --reasoner scene
 mrjudge synth negatives --input data/ --out runs/neg --generator model --model Qwen/Qwen2.5-VL-7B-Instruct \
@@ -18,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from scripts.engine_flags import add_engine_flags, engine_from
+from scripts.engine_flags import add_engine_flags, add_pixel_flags, engine_from, pixel_options
 
 
 def _model_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -39,10 +40,15 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     add_engine_flags(parser)
 
 
-def _spec(model: str | None, backend: str | None):
+def _spec(model: str | None, backend: str | None, options: dict | None = None):
     from data_synthesis.pipeline import ModelSpec
 
-    return None if model is None else ModelSpec(model=model, backend=backend)
+    return None if model is None else ModelSpec(model=model, backend=backend, options=dict(options or {}))
+
+
+def _image_size_args(parser: argparse.ArgumentParser) -> None:
+    """The image size the stage's MLLM sees (`synth all`: `max_pixels` under `model.options` in the YAML)."""
+    add_pixel_flags(parser.add_argument_group("image size (--generator/--describer model)"), "the model")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -86,12 +92,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--max-attempts", type=int, default=3, help="model calls per record before settling for fewer")
     p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per model call")
     p.add_argument("--seed", type=int, default=0)
+    _image_size_args(p)
     p.set_defaults(run=run_negatives)
 
     p = stages.add_parser("describe", help="describe each image in text (distillation step 1)")
     _job_args(p)
     p.add_argument("--describer", choices=("model", "scene"), default="scene")
     _model_args(p)
+    _image_size_args(p)
     p.set_defaults(run=run_describe)
 
     p = stages.add_parser("assemble", help="build balanced MC items and train/val splits (judge RL data)")
@@ -180,7 +188,7 @@ def run_negatives(args: argparse.Namespace) -> int:
         args.input,
         args.out,
         generator=args.generator,
-        model=_spec(args.model, args.backend),
+        model=_spec(args.model, args.backend, pixel_options(args)),
         n=args.n,
         seed=args.seed,
         shard=Shard.parse(args.shard),
@@ -201,7 +209,7 @@ def run_describe(args: argparse.Namespace) -> int:
         args.input,
         args.out,
         describer=args.describer,
-        model=_spec(args.model, args.backend),
+        model=_spec(args.model, args.backend, pixel_options(args)),
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,
         engine=engine_from(args),

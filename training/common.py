@@ -52,6 +52,23 @@ class JudgeModelArguments:
             "(default: learning_rate, one group)."
         },
     )
+    # Image size (Qwen's min_pixels / max_pixels)
+    min_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Images with fewer pixels are enlarged to about this many (aspect kept, sides multiples of 28) "
+            "by the model's processor (default: its own config)."
+        },
+    )
+    max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Images with more pixels are shrunk to at most this many by the model's processor, and the "
+            "saved processor keeps it. Each 28x28 block is one visual token: 1003520 (1280*28*28) caps an image at "
+            "1,280; Qwen2.5-VL's stock 12845056 allows ~16k, more than a 4096-token max_length holds "
+            "(default: the processor's own config)."
+        },
+    )
     # LoRA (PEFT)
     use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters instead of all weights."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank; higher fits more and costs more memory."})
@@ -87,6 +104,14 @@ class JudgeModelArguments:
             "output_dir/rank_fingerprints/rank{R}.json (data-parallel replicas must agree; sharded ones differ)."
         },
     )
+
+    def __post_init__(self) -> None:
+        from judge.backends.base import check_pixel_range
+
+        check_pixel_range(self.min_pixels, self.max_pixels)
+        parent = getattr(super(), "__post_init__", None)  # the TRL config this is mixed into, if any
+        if parent is not None:
+            parent()
 
 
 def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None) -> C:
@@ -137,19 +162,24 @@ def prepare_model(
     *initial* weights. `from_pretrained` applies the renaming. LoRA checkpoints hold adapters only and
     are restored by the trainer.
 
+    The processor resizes images into [`min_pixels`, `max_pixels`] when they are set (TRL's collators call it),
+    and keeps that range when the trainer saves it.
+
     Returns (model, processor, peft_config or None) — the trainer applies the PEFT config itself.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from judge.models import load_processor
+    from judge.models import load_processor, set_pixel_range
 
     path = args.model_name_or_path
     is_vlm = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
     auto = AutoModelForImageTextToText if is_vlm else AutoModelForCausalLM
     weights = checkpoint if checkpoint and not args.use_lora else path
     model = auto.from_pretrained(weights, dtype=dtype or torch.float32)
-    processor = load_processor(path, is_vlm=is_vlm)
+    processor = set_pixel_range(
+        load_processor(path, is_vlm=is_vlm), min_pixels=args.min_pixels, max_pixels=args.max_pixels
+    )
     if args.freeze_vision and is_vlm:
         visual = getattr(model, "visual", None) or model.model.visual
         for param in visual.parameters():
