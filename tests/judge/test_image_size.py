@@ -210,3 +210,40 @@ def test_reward_client_resizes_images_the_server_would_refuse(caplog):
         body = {"items": [{"id": "x", "question": "q", "candidates": ["a score=1", "b score=2"]}]}
         [verdict] = httpx.post(f"{root}/v1/judge", json=body, timeout=30).json()["verdicts"]
         assert verdict["usage"] == {"prompt_tokens": 200, "completion_tokens": 14}  # two display orders
+
+
+# -- the other commands take the same flags ----------------------------------------------------------------
+
+EVAL_COMMANDS = [
+    ["eval", "vl-rewardbench", "--data", "test.parquet"],
+    ["eval", "multimodal-rewardbench", "--data", "all_data.json"],
+    ["eval", "mm-vet", "--data", "mm-vet.json", "--candidates", "a.json", "--grader-url", "http://grader/v1"],
+]
+
+
+@pytest.mark.parametrize("command", EVAL_COMMANDS, ids=lambda c: c[1])
+def test_every_eval_command_gives_the_range_to_the_judge_and_its_model(command):
+    from scripts import eval_cmd
+    from scripts.cli import build_parser
+
+    args = build_parser().parse_args([*command, "--model", "m", "--out", "o", "--max-pixels", str(CAP)])
+    assert eval_cmd.judge_config_from(args).max_pixels == CAP  # MC mode: the judge resizes
+    assert eval_cmd.judge_model_spec(args).options == {"max_pixels": CAP}  # the backend (official mode, policy)
+
+
+def test_serve_and_synth_take_the_flags():
+    from scripts import synth_cmd
+    from scripts.cli import build_parser
+    from scripts.engine_flags import pixel_options
+    from scripts.judge_cmd import judge_config_from
+
+    parser = build_parser()
+    serve = parser.parse_args(["serve", "--model", "m", "--max-pixels", str(CAP), "--min-pixels", "3136"])
+    assert judge_config_from(serve).pixel_options() == {"min_pixels": 3136, "max_pixels": CAP}
+    for stage in ("negatives", "describe"):
+        args = parser.parse_args(
+            ["synth", stage, "--input", "i", "--out", "o", "--model", "http://mllm/v1", "--max-pixels", str(CAP)]
+        )
+        spec = synth_cmd._spec(args.model, args.backend, pixel_options(args))
+        assert spec.options == {"max_pixels": CAP}
+        assert spec.build().pixels == {"max_pixels": CAP}  # the HTTP backend resizes before sending
