@@ -68,7 +68,17 @@ def judge_config_from(args: argparse.Namespace) -> Any:
         raise SystemExit(f"error: {exc}") from exc
 
 
-def print_summary(summary: JudgeRunSummary, output: Path) -> None:
+def token_totals(verdicts: list[Any]) -> str:
+    """`usage` summed over the verdicts that carry it, for the summary line ("" when none does)."""
+    usages = [v.usage for v in verdicts if v.usage]
+    if not usages:
+        return ""
+    prompt = sum(u["prompt_tokens"] for u in usages)
+    completion = sum(u["completion_tokens"] for u in usages)
+    return f"; tokens {prompt:,} prompt ({prompt / len(usages):,.0f} per item) + {completion:,} completion"
+
+
+def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "") -> None:
     from rich.console import Console
 
     def pct(x: float | None) -> str:
@@ -78,7 +88,7 @@ def print_summary(summary: JudgeRunSummary, output: Path) -> None:
     Console(stderr=True).print(
         f"[bold]{summary.n_items}[/] items ({summary.n_judged_now} judged now, {summary.n_skipped} resumed) "
         f"in {summary.wall_s:.1f}s{speed}; accuracy {pct(summary.accuracy)}, consistency "
-        f"{pct(summary.consistency)}, unparsed {summary.n_unparsed} → {output}"
+        f"{pct(summary.consistency)}, unparsed {summary.n_unparsed}{tokens} → {output}"
     )
 
 
@@ -120,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, transient=False) as progress:
         task = progress.add_task("judging", total=None)
-        _, summary = judge_file(
+        verdicts, summary = judge_file(
             judge,
             items,
             args.output,
@@ -128,5 +138,5 @@ def run(args: argparse.Namespace) -> int:
             on_progress=lambda n: progress.advance(task, n),
             engine=engine,
         )
-    print_summary(summary, args.output)
+    print_summary(summary, args.output, token_totals(verdicts))
     return 0

@@ -79,7 +79,7 @@ def test_the_figures_in_this_module():
 # -- the judge command ------------------------------------------------------------------------------------
 
 
-def test_mrjudge_judge_max_pixels_caps_the_prompt_tokens(stock_judge_dir, tmp_path):
+def test_mrjudge_judge_max_pixels_caps_the_prompt_tokens(stock_judge_dir, tmp_path, capsys):
     """The stock range spends 2,451 visual tokens on the photo per call; `--max-pixels` spends 234."""
     photo().save(tmp_path / "photo.jpg", quality=90)
     items = tmp_path / "items.jsonl"
@@ -92,6 +92,7 @@ def test_mrjudge_judge_max_pixels_caps_the_prompt_tokens(stock_judge_dir, tmp_pa
         assert main([*common, "--output", str(out), *extra]) == 0
         [verdict] = [json.loads(line) for line in out.read_text().splitlines()]
         usage[name] = verdict["usage"]
+        assert f"tokens {verdict['usage']['prompt_tokens']:,} prompt" in " ".join(capsys.readouterr().err.split())
     stock = visual_tokens(*PHOTO, min_pixels=STOCK_MIN_PIXELS, max_pixels=STOCK_MAX_PIXELS)
     capped = visual_tokens(*PHOTO, max_pixels=CAP)
     assert usage["stock"]["prompt_tokens"] - usage["capped"]["prompt_tokens"] == stock - capped  # one call each
