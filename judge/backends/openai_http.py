@@ -3,9 +3,9 @@
 Requests run concurrently on the official `openai` async client, at most `max_concurrency` at a time;
 the client retries connection errors, 408/409/429 and 5xx with exponential back-off (`max_retries`), and
 each attempt is bounded by `timeout`. Images travel as PNG data URLs, shrunk first to `max_pixels` (Qwen's
-rule) when it is set, so a server gets what its model will use and not a multi-megabyte photo. Option log-probs come from the
-`top_logprobs` of the token where the answer label was written; a server that refuses `logprobs` is
-asked again without them, once, and remembered.
+rule) when it is set, so a server gets what its model will use and not a multi-megabyte photo. Option
+log-probs come from the `top_logprobs` of the token where the answer label was written; a server that
+refuses `logprobs` is asked again without them, once, and remembered.
 """
 
 from __future__ import annotations
