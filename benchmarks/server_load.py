@@ -101,7 +101,7 @@ def serve_instant(port: int, hostile: bool = False, delay_ms: float = 0.0) -> No
         config = ServerConfig(port=port, api_key=KEY, body_timeout_s=2.0, shutdown_grace_s=5.0)
     else:
         config = ServerConfig(port=port, api_key=KEY, max_image_bytes=256 * 1024, max_body_bytes=2 * 2**20)
-    judge = Judge(InstantRuleBackend(delay_ms / 1000), JudgeConfig(orders=2, batch_size=64))
+    judge = Judge(InstantRuleBackend(delay_ms / 1000), JudgeConfig(orders=2, batch_size=64, max_pixels=1_003_520))
     run_server(create_app(judge, config), config, log_level="critical")
 
 
@@ -343,7 +343,10 @@ def hostile_bodies() -> dict[str, tuple[str, bytes]]:
     item = {"id": 1, "question": "Q?", "candidates": ["a", "b"]}
     bodies = {
         "bomb_images": ("/v1/reward", {**reward, "images": bomb}),
-        "round_robin_19900": ("/get_reward", {"query": [f"P: {i}" for i in range(200)], "prompts": ["P: "] * 200, "tournament": "round_robin"}),
+        "round_robin_19900": (
+            "/get_reward",
+            {"query": [f"P: {i}" for i in range(200)], "prompts": ["P: "] * 200, "tournament": "round_robin"},
+        ),
         "surrogate_prompt": ("/v1/reward", {**reward, "prompt": "Q\ud800?"}),
         "surrogate_key": ("/v1/judge", {"items": [{**item, "\ud800": 1}]}),
         "surrogate_get_reward": ("/get_reward", {"query": ["P: a", "P: b"], "prompts": ["P\ud800", "P: "]}),

@@ -73,7 +73,7 @@ def read_reply(reply: Generation | str) -> Reply:
     if isinstance(reply, str):
         reply = Generation(text=reply)
     text = reply.text or ""
-    tokens = int((reply.usage or {}).get("completion_tokens", 0))
+    tokens = reply.completion_tokens
     truncated = reply.finish_reason == "length"
     if reply.reasoning:
         thinking, body = reply.reasoning.strip(), text.strip()

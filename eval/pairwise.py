@@ -111,6 +111,7 @@ def mc_predict(judge: Judge, items: Sequence[PairItem]) -> list[dict[str, Any]]:
                 "consistent": verdict.consistent,
                 "probs": verdict.probs,
                 "raw": verdict.raw,
+                "usage": verdict.usage,
             }
         )
     return rows

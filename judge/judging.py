@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams
-from judge.images import load_image
+from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams, check_pixel_range
+from judge.images import fit_pixels, load_image
 from judge.parser import extract_reasoning, parse_choice
 from judge.prompt import PromptConfig, build_messages
 from judge.types import MCItem, Verdict
@@ -54,6 +54,14 @@ class JudgeConfig:
     top_p: float = 1.0
     max_new_tokens: int = 512
 
+    # Image size (Qwen's min_pixels / max_pixels)
+    min_pixels: int | None = None
+    """Images smaller than this (in pixels) are enlarged to it, aspect kept, sides multiples of 28; default:
+    the model's processor config."""
+    max_pixels: int | None = None
+    """Images larger than this are shrunk to it (Qwen2.5-VL's stock 12,845,056 lets a photo cost ~16k visual
+    tokens; 1,003,520 = 1280·28·28 caps it at 1,280); default: the model's processor config."""
+
     # Batching and prompt
     batch_size: int = 8
     """Items per backend call (each item makes `orders × samples` requests)."""
@@ -76,6 +84,11 @@ class JudgeConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size ({self.batch_size}) must be at least 1")
         SamplingParams(self.max_new_tokens, self.temperature, self.top_p)  # validates the decoding fields
+        check_pixel_range(self.min_pixels, self.max_pixels)
+
+    def pixel_options(self) -> dict[str, int]:
+        """The image-size settings that are set, as backend options (the model's processor gets the same range)."""
+        return {k: v for k, v in (("min_pixels", self.min_pixels), ("max_pixels", self.max_pixels)) if v is not None}
 
 
 def item_rng(seed: int, item_id: object, salt: str = "") -> random.Random:
@@ -227,7 +240,9 @@ class Judge:
         return display_orders(len(item.candidates), n_orders, rng=rng, permutation=self.config.permutation)
 
     def _requests_for(self, item: MCItem, orders: list[list[int]]) -> list[ChatRequest]:
-        images = [load_image(ref, self.image_root) for ref in item.images]
+        # Resized here, so every backend (an HTTP server too) gets the size the config asks for.
+        bounds = dict(min_pixels=self.config.min_pixels, max_pixels=self.config.max_pixels)
+        images = [fit_pixels(load_image(ref, self.image_root), **bounds) for ref in item.images]
         requests = []
         for order in orders:
             shown = [item.candidates[i] for i in order]
@@ -285,6 +300,10 @@ class Judge:
             votes=votes,
             reasoning=reasoning,
             raw=[g.text for g in generations],
+            usage={
+                "prompt_tokens": sum(g.prompt_tokens for g in generations),
+                "completion_tokens": sum(g.completion_tokens for g in generations),
+            },
         )
 
     def _majority(self, item: MCItem, parsed: list[int], probs: list[float] | None) -> int | None:

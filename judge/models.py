@@ -26,6 +26,7 @@ __all__ = [
     "merge_adapter_into",
     "processor_folder",
     "resolve_adapter",
+    "set_pixel_range",
 ]
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -159,6 +160,38 @@ def load_processor(path: str, *, is_vlm: bool | None = None, config_path: str | 
         f"(got {type(processor).__name__}). If torchvision fails to import here, install a torchvision that "
         "matches your torch, or use a Qwen2.5-VL model, whose image-only processor mr-judge provides."
     )
+
+
+def set_pixel_range(processor: Any, *, min_pixels: int | None = None, max_pixels: int | None = None) -> Any:
+    """Make a Qwen-VL processor resize images into [`min_pixels`, `max_pixels`]; unset bounds keep its own.
+
+    transformers 5.x keeps the range as the image processor's `size = {"shortest_edge": min_pixels,
+    "longest_edge": max_pixels}` (passing min/max_pixels per call is deprecated); setting it on the processor,
+    not per call, means TRL's collators and `save_pretrained` use and keep it too. Returns `processor`.
+    """
+    if min_pixels is None and max_pixels is None:
+        return processor
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is None:
+        return processor  # a text-only model's tokenizer: it never sees an image
+    original = image_processor.size
+    size = {k: v for k, v in dict(original or {}).items() if v is not None}
+    if "shortest_edge" not in size or "longest_edge" not in size:
+        raise ValueError(
+            f"min_pixels / max_pixels are Qwen-VL image sizes, but this model's {type(image_processor).__name__} "
+            f"sizes images as {size}; leave them unset for this model"
+        )
+    if min_pixels is not None:
+        size["shortest_edge"] = min_pixels
+    if max_pixels is not None:
+        size["longest_edge"] = max_pixels
+    if size["shortest_edge"] > size["longest_edge"]:
+        raise ValueError(
+            f"pixel range [{size['shortest_edge']}, {size['longest_edge']}] is empty: this model's processor keeps "
+            "the other bound, so set min_pixels and max_pixels together"
+        )
+    image_processor.size = size if isinstance(original, dict) else type(original)(**size)  # SizeDict in 5.x
+    return processor
 
 
 def load_model(

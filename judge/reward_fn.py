@@ -62,6 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from judge.backends.base import check_pixel_range
 from judge.rewarding import MODES, RewardGroup, RewardRequest, RewardResult, compute_rewards, group_samples, scatter
 
 __all__ = [
@@ -221,6 +222,9 @@ class JudgeRewardFunction:
         max_concurrency: HTTP requests in flight at once.
         send_image_paths: send string image references (paths) to the server as they are, to be read under
             its `--allow-local-images` folder, instead of reading and encoding them here.
+        min_pixels, max_pixels: over HTTP, images are resized into this range (Qwen's rule, `judge.images.fit_pixels`)
+            before they are sent, so a full-size photo neither costs megabytes per request nor meets the server's
+            413; unset: sent as they are.
         name: TRL logs the reward as `rewards/<name>/mean` and the counters as `<name>/…`.
     """
 
@@ -245,6 +249,8 @@ class JudgeRewardFunction:
         backend_kwargs: Mapping[str, Any] | None = None,
         image_root: str | None = None,
         send_image_paths: bool = False,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
         name: str = "judge",
     ) -> None:
         if (server_url is None) == (judge is None):
@@ -275,6 +281,8 @@ class JudgeRewardFunction:
         self.judge_config, self.backend, self.backend_kwargs = judge_config, backend, dict(backend_kwargs or {})
         self.image_root = image_root
         self.send_image_paths = send_image_paths
+        check_pixel_range(min_pixels, max_pixels)
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.__name__ = name  # TRL names the reward's logs after it
         self.totals = {"calls": 0, "groups": 0, "failed_groups": 0, "failed": 0, "unscored": 0, "retries": 0}
         """Running counts over this object's life (completions for `failed` / `unscored`)."""
@@ -516,16 +524,21 @@ class JudgeRewardFunction:
             self._client_loop = loop
         return self._client
 
-    def _payload(self, request: RewardRequest) -> dict[str, Any]:
-        from judge.images import image_to_data_url, load_image
+    def _wire_image(self, ref: Any) -> str:
+        """One image as a data URL, resized into [min_pixels, max_pixels]; a data URL already in range goes as is."""
+        from judge.images import fit_pixels, image_to_data_url, load_image
 
-        # The image-encoding spot: data URLs (and, with send_image_paths, any string) go as they are.
-        images = [
-            ref
-            if isinstance(ref, str) and (ref.startswith("data:") or self.send_image_paths)
-            else image_to_data_url(load_image(ref, self.image_root))
-            for ref in request.images
-        ]
+        if isinstance(ref, str) and not ref.startswith("data:") and self.send_image_paths:
+            return ref  # read by the server under its --allow-local-images folder (and shrunk as it decodes)
+        is_url = isinstance(ref, str) and ref.startswith("data:")
+        if is_url and self.min_pixels is None and self.max_pixels is None:
+            return ref
+        image = load_image(ref, self.image_root)
+        fitted = fit_pixels(image, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        return ref if is_url and fitted is image else image_to_data_url(fitted)
+
+    def _payload(self, request: RewardRequest) -> dict[str, Any]:
+        images = [self._wire_image(ref) for ref in request.images]
         return {
             "prompt": request.prompt,
             "images": images,

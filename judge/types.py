@@ -10,7 +10,8 @@ and the verdict a judge writes for it:
 
     {"id": "shapes-0003", "choice": 1, "probs": [0.08, 0.92], "consistent": true, "votes": [1, 1],
      "reasoning": "Image: a red circle. A: blue, no. B: red, yes.",
-     "raw": ["<think>...</think><answer>B</answer>", "<think>...</think><answer>A</answer>"]}
+     "raw": ["<think>...</think><answer>B</answer>", "<think>...</think><answer>A</answer>"],
+     "usage": {"prompt_tokens": 412, "completion_tokens": 58}}
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ class Verdict:
     """The reasoning of a call that voted for `choice` (the `<think>` text)."""
     raw: list[str]
     """Every call's full output, in the order of `votes`."""
+    usage: dict[str, int] | None = None
+    """`{"prompt_tokens", "completion_tokens"}` summed over the calls, so an image's cost can be seen and budgeted
+    (a 1600x1200 photo is ~2,450 visual tokens per call at Qwen2.5-VL's stock `max_pixels`); `None` in a
+    verdict written before usage was counted."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,4 +1,5 @@
-"""`--engine local|ray` with its Ray flags, shared by `mrjudge synth` and `mrjudge eval`."""
+"""Flags several commands share: `--engine local|ray` with its Ray flags (`mrjudge synth`, `eval`, `judge`),
+and the image size `--min-pixels` / `--max-pixels` (every command whose model sees images)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,37 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--ray-cpus-per-worker", type=float, default=1.0, help="with --engine ray: CPUs per actor or task (default 1)"
     )
+
+
+PIXEL_FLAGS = ("min_pixels", "max_pixels")
+
+
+def add_pixel_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "the model") -> None:
+    """`--min-pixels` / `--max-pixels`: the image size range, Qwen's meaning (dest `min_pixels`, `max_pixels`)."""
+    parser.add_argument(
+        "--min-pixels",
+        type=int,
+        metavar="N",
+        help=f"images with fewer pixels are enlarged to about N (aspect kept, sides multiples of 28) before {what} "
+        "sees them; default: the model's processor config",
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        metavar="N",
+        help=f"images with more pixels are shrunk to at most N before {what} sees them, e.g. 1003520 (1280*28*28: "
+        "at most 1,280 visual tokens); default: the model's processor config (stock Qwen2.5-VL: 12845056, "
+        "up to ~16k visual tokens per image)",
+    )
+
+
+def pixel_options(args: argparse.Namespace) -> dict[str, int]:
+    """The pixel flags that were given, as backend options (`{"max_pixels": N}`); refused if out of range."""
+    from judge.backends.base import check_pixel_range
+
+    options = {name: getattr(args, name) for name in PIXEL_FLAGS if getattr(args, name, None) is not None}
+    check_pixel_range(options.get("min_pixels"), options.get("max_pixels"))
+    return options
 
 
 def engine_from(args: argparse.Namespace) -> Any:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scripts.engine_flags import add_engine_flags
+from scripts.engine_flags import add_engine_flags, add_pixel_flags, pixel_options
 from scripts.judge_cmd import judge_config_from
 from scripts.model_flags import add_base_flag, base_options
 
@@ -41,6 +41,7 @@ def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> N
     parser.add_argument("--samples", type=int, help="mc mode: calls per display order")
     parser.add_argument("--temperature", type=float, help="sampling temperature (default: the protocol's)")
     parser.add_argument("--max-new-tokens", type=int, help="generation budget per call (default: the protocol's)")
+    add_pixel_flags(parser, "the judge (and an mm-vet --policy)")
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 …")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -131,10 +132,13 @@ def engine_from(args: argparse.Namespace) -> Any:
 
 
 def judge_model_spec(args: argparse.Namespace, model: str | None = None) -> Any:
-    """The `ModelSpec` that `--model`/`--backend` (and `--device`, `--api-key`) name."""
+    """The `ModelSpec` that `--model`/`--backend` (and `--device`, `--api-key`, the pixel flags) name."""
     from judge.backends.spec import ModelSpec
 
-    options: dict[str, Any] = {}
+    try:
+        options: dict[str, Any] = pixel_options(args)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from exc
     if args.device:
         options["device"] = args.device
     if args.api_key and model is None:

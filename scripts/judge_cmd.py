@@ -3,9 +3,11 @@
     mrjudge judge --model runs/tiny-judge --input items.jsonl --output verdicts.jsonl
     mrjudge judge --model http://127.0.0.1:8000/v1 --input items.jsonl --output verdicts.jsonl --orders 2
     mrjudge judge --model runs/judge --backend vllm --input items.jsonl --output v.jsonl --engine ray --ray-address auto
+    mrjudge judge --model Qwen/Qwen2.5-VL-7B-Instruct --input items.jsonl --output v.jsonl --max-pixels 1003520
 
 Every input line is validated before any model is loaded; re-running with the same `--output` skips the
-ids already judged.
+ids already judged. Each verdict carries `usage` (prompt and completion tokens over its calls): with
+`--max-pixels` it shows what the cap saves.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from judge.jobs import JudgeRunSummary
-from scripts.engine_flags import add_engine_flags, engine_from
+from scripts.engine_flags import PIXEL_FLAGS, add_engine_flags, add_pixel_flags, engine_from
 from scripts.model_flags import add_base_flag, base_options
 
 
@@ -48,6 +50,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="generation budget per call (default 512)")
     parser.add_argument("--batch-size", type=int, help="items per backend call (default 8)")
     parser.add_argument("--seed", type=int, help="seeds display orders, sampling and tie-breaks (default 0)")
+    add_pixel_flags(parser, "the judge")
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
     add_engine_flags(parser)
@@ -59,7 +62,7 @@ def judge_config_from(args: argparse.Namespace) -> Any:
     from judge.config import ConfigError, config_from_yaml
     from judge.judging import JudgeConfig
 
-    flags = ("orders", "samples", "temperature", "max_new_tokens", "batch_size", "seed")
+    flags = ("orders", "samples", "temperature", "max_new_tokens", "batch_size", "seed", *PIXEL_FLAGS)
     overrides = {name: getattr(args, name) for name in flags if getattr(args, name, None) is not None}
     try:
         return config_from_yaml(JudgeConfig, args.config, overrides)
@@ -67,7 +70,17 @@ def judge_config_from(args: argparse.Namespace) -> Any:
         raise SystemExit(f"error: {exc}") from exc
 
 
-def print_summary(summary: JudgeRunSummary, output: Path) -> None:
+def token_totals(verdicts: list[Any]) -> str:
+    """`usage` summed over the verdicts that carry it, for the summary line ("" when none does)."""
+    usages = [v.usage for v in verdicts if v.usage]
+    if not usages:
+        return ""
+    prompt = sum(u["prompt_tokens"] for u in usages)
+    completion = sum(u["completion_tokens"] for u in usages)
+    return f"; tokens {prompt:,} prompt ({prompt / len(usages):,.0f} per item) + {completion:,} completion"
+
+
+def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "") -> None:
     from rich.console import Console
 
     def pct(x: float | None) -> str:
@@ -77,7 +90,7 @@ def print_summary(summary: JudgeRunSummary, output: Path) -> None:
     Console(stderr=True).print(
         f"[bold]{summary.n_items}[/] items ({summary.n_judged_now} judged now, {summary.n_skipped} resumed) "
         f"in {summary.wall_s:.1f}s{speed}; accuracy {pct(summary.accuracy)}, consistency "
-        f"{pct(summary.consistency)}, unparsed {summary.n_unparsed} → {output}"
+        f"{pct(summary.consistency)}, unparsed {summary.n_unparsed}{tokens} → {output}"
     )
 
 
@@ -102,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    backend_kwargs: dict[str, Any] = {}
+    backend_kwargs: dict[str, Any] = config.pixel_options()  # the model's processor gets the judge's range
     if args.device:
         backend_kwargs["device"] = args.device
     if args.api_key:
@@ -124,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, transient=False) as progress:
         task = progress.add_task("judging", total=None)
-        _, summary = judge_file(
+        verdicts, summary = judge_file(
             judge,
             items,
             args.output,
@@ -132,5 +145,5 @@ def run(args: argparse.Namespace) -> int:
             on_progress=lambda n: progress.advance(task, n),
             engine=engine,
         )
-    print_summary(summary, args.output)
+    print_summary(summary, args.output, token_totals(verdicts))
     return 0

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scripts.engine_flags import add_pixel_flags
 from scripts.judge_cmd import judge_config_from
 from scripts.model_flags import add_base_flag, base_options
 
@@ -79,6 +80,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     judge.add_argument("--max-new-tokens", type=int, help="generation budget per call (default 512)")
     judge.add_argument("--batch-size", type=int, help="items per backend call (default: --max-batch-items)")
     judge.add_argument("--seed", type=int, help="seeds display orders, sampling and tie-breaks (default 0)")
+    add_pixel_flags(judge, "the judge")
     judge.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
     judge.add_argument("--backend-api-key", help="openai backend: key for the model server (default: $MRJUDGE_API_KEY)")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size is None:
         # One server batch should be one backend call; the judge's default (8 items) would split it.
         judge_config.batch_size = max(judge_config.batch_size, server_config.max_batch_items)
-    backend_kwargs: dict[str, Any] = {}
+    backend_kwargs: dict[str, Any] = judge_config.pixel_options()  # the model's processor gets the judge's range
     backend = args.backend or ("openai" if args.model.startswith(("http://", "https://")) else "hf")
     if backend == "hf":
         backend_kwargs["max_batch_size"] = judge_config.batch_size * (judge_config.orders or 2) * judge_config.samples

@@ -4,6 +4,7 @@ mrjudge synth world --n 200 --seed 0 --out runs/synth
 mrjudge synth negatives --input runs/synth --out runs/synth --generator scene
 mrjudge synth negatives --input data/ --out runs/neg --generator model --model Qwen/Qwen2.5-VL-7B-Instruct --shard 0/8
 mrjudge synth describe --input runs/synth --out runs/synth --describer scene
+mrjudge synth describe --input data/ --out runs/desc --describer model --model http://127.0.0.1:8000/v1 --max-pixels 1003520
 mrjudge synth assemble --input runs/synth --out runs/synth
 mrjudge synth distill --input runs/synth --out runs/synth --reasoner scene
 mrjudge synth negatives --input data/ --out runs/neg --generator model --model Qwen/Qwen2.5-VL-7B-Instruct \
@@ -20,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from scripts.engine_flags import add_engine_flags, engine_from
+from scripts.engine_flags import add_engine_flags, add_pixel_flags, engine_from, pixel_options
 
 
 def _model_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -110,10 +111,15 @@ def _throughput_from(args: argparse.Namespace) -> dict:
     return {"concurrency": args.concurrency, "max_failed_fraction": args.max_failed_fraction}
 
 
-def _spec(model: str | None, backend: str | None):
+def _spec(model: str | None, backend: str | None, options: dict | None = None):
     from data_synthesis.pipeline import ModelSpec
 
-    return None if model is None else ModelSpec(model=model, backend=backend)
+    return None if model is None else ModelSpec(model=model, backend=backend, options=dict(options or {}))
+
+
+def _image_size_args(parser: argparse.ArgumentParser) -> None:
+    """The image size the stage's MLLM sees (`synth all`: `max_pixels` under `model.options` in the YAML)."""
+    add_pixel_flags(parser.add_argument_group("image size (--generator/--describer model)"), "the model")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -156,6 +162,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="scene draws; the generator's seed unless --generator-seed")
     _sampling_flags(p, "generator")
     _throughput_flags(p)
+    _image_size_args(p)
     p.set_defaults(run=run_negatives)
 
     p = stages.add_parser("describe", help="describe each image in text (distillation step 1)")
@@ -165,6 +172,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, help="same as --describer-max-tokens (kept for old scripts)")
     _sampling_flags(p, "describer")
     _throughput_flags(p)
+    _image_size_args(p)
     p.set_defaults(run=run_describe)
 
     p = stages.add_parser("assemble", help="build balanced MC items and train/val splits (judge RL data)")
@@ -282,7 +290,7 @@ def run_negatives(args: argparse.Namespace) -> int:
         args.input,
         args.out,
         generator=args.generator,
-        model=_spec(args.model, args.backend),
+        model=_spec(args.model, args.backend, pixel_options(args)),
         n=args.n,
         seed=args.seed,
         shard=Shard.parse(args.shard),
@@ -305,7 +313,7 @@ def run_describe(args: argparse.Namespace) -> int:
         args.input,
         args.out,
         describer=args.describer,
-        model=_spec(args.model, args.backend),
+        model=_spec(args.model, args.backend, pixel_options(args)),
         max_new_tokens=args.max_new_tokens,
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,

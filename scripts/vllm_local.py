@@ -20,7 +20,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["BUILD_HINT", "REPO", "VLLMServer", "VLLMUnavailable", "free_port", "python_env", "serve", "vllm_venv"]
+__all__ = [
+    "BUILD_HINT",
+    "REPO",
+    "VLLMServer",
+    "VLLMUnavailable",
+    "free_port",
+    "pixel_args",
+    "python_env",
+    "serve",
+    "vllm_venv",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_HINT = "build it with `make vllm-env` (scripts/vllm_env.sh: ~4 min and ~3.5 GB, once per machine)"
@@ -59,6 +69,19 @@ def python_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def pixel_args(min_pixels: int | None = None, max_pixels: int | None = None) -> list[str]:
+    """`vllm serve` flags for Qwen's image size range: `--mm-processor-kwargs '{"max_pixels": N}'` (vLLM reads
+    `min_pixels` / `max_pixels` there for Qwen2-VL-family models); nothing when both are unset.
+
+    >>> pixel_args(max_pixels=1003520)
+    ['--mm-processor-kwargs', '{"max_pixels": 1003520}']
+    """
+    import json
+
+    pixels = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
+    return ["--mm-processor-kwargs", json.dumps(pixels)] if pixels else []
 
 
 def free_port() -> int:
@@ -110,6 +133,7 @@ class VLLMServer:
         venv: the vLLM venv; default `vllm_venv()`.
         served_name: the name requests use as `model`.
         args: more `vllm serve` options (e.g. `--dtype float32`, `--enable-lora`).
+        min_pixels, max_pixels: the image size range of the server's processor (`pixel_args`).
         env: extra environment variables for the server.
         log_path: where the server's output goes (default: discarded); its tail is in start-up errors.
         startup_timeout: seconds to wait for `GET /v1/models` to answer.
@@ -125,6 +149,8 @@ class VLLMServer:
         env: dict[str, str] | None = None,
         log_path: str | os.PathLike | None = None,
         startup_timeout: float = 300.0,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
     ) -> None:
         self.venv = venv or vllm_venv()
         self.port = free_port()
@@ -139,6 +165,7 @@ class VLLMServer:
             str(self.port),
             "--served-model-name",
             served_name,
+            *pixel_args(min_pixels, max_pixels),
             *args,
         ]
         self.env = python_env(**(env or {}))

@@ -64,6 +64,23 @@ class JudgeModelArguments:
             "(default: learning_rate, one group)."
         },
     )
+    # Image size (Qwen's min_pixels / max_pixels)
+    min_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Images with fewer pixels are enlarged to about this many (aspect kept, sides multiples of 28) "
+            "by the model's processor (default: its own config)."
+        },
+    )
+    max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "Images with more pixels are shrunk to at most this many by the model's processor, and the "
+            "saved processor keeps it. Each 28x28 block is one visual token: 1003520 (1280*28*28) caps an image at "
+            "1,280; Qwen2.5-VL's stock 12845056 allows ~16k, more than a 4096-token max_length holds "
+            "(default: the processor's own config)."
+        },
+    )
     # LoRA (PEFT)
     use_lora: bool = field(
         default=False,
@@ -114,6 +131,14 @@ class JudgeModelArguments:
             "output_dir/rank_fingerprints/rank{R}.json (data-parallel replicas must agree; sharded ones differ)."
         },
     )
+
+    def __post_init__(self) -> None:
+        from judge.backends.base import check_pixel_range
+
+        check_pixel_range(self.min_pixels, self.max_pixels)
+        parent = getattr(super(), "__post_init__", None)  # the TRL config this is mixed into, if any
+        if parent is not None:
+            parent()
 
 
 def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None) -> C:
@@ -168,6 +193,9 @@ def prepare_model(
     PEFT model itself (the trainer keeps training it; TRL's GRPO then takes a frozen copy of it as the KL
     reference), without it merged into the base for full fine-tuning.
 
+    The processor resizes images into [`min_pixels`, `max_pixels`] when they are set (TRL's collators call it),
+    and keeps that range when the trainer saves it.
+
     Returns (model, processor, peft_config or None) — the trainer applies the PEFT config itself.
     """
     import torch
@@ -180,6 +208,7 @@ def prepare_model(
         merge_adapter_into,
         processor_folder,
         resolve_adapter,
+        set_pixel_range,
     )
 
     source = resolve_adapter(args.model_name_or_path, args.base_model_name_or_path)
@@ -191,7 +220,11 @@ def prepare_model(
     auto = AutoModelForImageTextToText if is_vlm else AutoModelForCausalLM
     weights = checkpoint if checkpoint and not args.use_lora else path
     model = auto.from_pretrained(weights, dtype=dtype or torch.float32)
-    processor = load_processor(processor_folder(source) if source else path, is_vlm=is_vlm, config_path=path)
+    processor = set_pixel_range(
+        load_processor(processor_folder(source) if source else path, is_vlm=is_vlm, config_path=path),
+        min_pixels=args.min_pixels,
+        max_pixels=args.max_pixels,
+    )
     if source is not None and args.use_lora:
         _warn_unused_lora_fields(args, source.config)
         model = load_adapter_onto(model, source, trainable=True)

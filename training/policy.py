@@ -174,6 +174,8 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
             max_retries=self.judge_max_retries,
             backoff_s=self.judge_backoff_s,
             timeout_s=self.judge_timeout_s,
+            min_pixels=self.min_pixels,  # images go to the judge at the size the policy sees them
+            max_pixels=self.max_pixels,
         )
         if self.judge_server_url is not None:
             return AsyncJudgeRewardFunction(

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from judge.images import QWEN_FACTOR
 from judge.parser import parse_answer
 from judge.prompt import option_letters
 
@@ -26,6 +27,7 @@ __all__ = [
     "Generation",
     "SamplingParams",
     "answer_label_logprobs",
+    "check_pixel_range",
     "labels_for",
     "locate_token",
 ]
@@ -82,8 +84,10 @@ class Generation:
     parsers: `message.reasoning`, formerly `reasoning_content`); `None` when it is not separated."""
     finish_reason: str | None = None
     """Why generation stopped, where the engine says: "stop", or "length" when cut at the token budget."""
-    usage: dict[str, int] | None = None
-    """`{"prompt_tokens", "completion_tokens"}` as the engine counted them, where it reports them."""
+    prompt_tokens: int = 0
+    """Tokens the engine read for this request (text and image tokens); 0 when the engine did not say."""
+    completion_tokens: int = 0
+    """Tokens it generated (the stop token included, padding not); 0 when the engine did not say."""
 
 
 class Backend(Protocol):
@@ -94,6 +98,19 @@ class Backend(Protocol):
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
         """One `Generation` per request, in order."""
         ...
+
+
+def check_pixel_range(min_pixels: int | None, max_pixels: int | None) -> None:
+    """Refuse a pixel range Qwen's resize rule cannot meet, naming the setting to fix."""
+    smallest = QWEN_FACTOR * QWEN_FACTOR
+    for name, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < smallest):
+            raise ValueError(
+                f"{name} ({value!r}) must be an integer of at least {smallest} (one 28x28 patch group), e.g. "
+                "1003520 = 1280*28*28 for at most 1,280 visual tokens; leave it unset for the model's own"
+            )
+    if min_pixels is not None and max_pixels is not None and min_pixels > max_pixels:
+        raise ValueError(f"min_pixels ({min_pixels}) must not exceed max_pixels ({max_pixels})")
 
 
 def labels_for(form: str, k: int) -> list[str]:

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs
-from judge.models import LoadedModel, load_model
+from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, check_pixel_range
+from judge.models import LoadedModel, load_model, set_pixel_range
 
 __all__ = ["TransformersBackend"]
 
@@ -58,6 +58,8 @@ class TransformersBackend:
         dtype: weights dtype name; default bfloat16 on CUDA, float32 on CPU.
         max_batch_size: requests per `generate` call; larger lists are split into such batches.
         base: an adapter folder's base model, instead of its `adapter_config.json`'s.
+        min_pixels, max_pixels: the image size range the model's processor resizes into (Qwen's meaning);
+            unset: the processor's own config.
     """
 
     name = "hf"
@@ -69,13 +71,17 @@ class TransformersBackend:
         device: str | None = None,
         dtype: str | None = None,
         max_batch_size: int = 16,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
         base: str | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size ({max_batch_size}) must be at least 1")
+        check_pixel_range(min_pixels, max_pixels)
         self.loaded = (
             model if isinstance(model, LoadedModel) else load_model(model, device=device, dtype=dtype, base=base)
         )
+        set_pixel_range(self.loaded.processor, min_pixels=min_pixels, max_pixels=max_pixels)
         self.max_batch_size = max_batch_size
         self._label_ids: Any = None
         self._label_pieces: list[str] = []
@@ -210,10 +216,13 @@ class TransformersBackend:
                 pad_token_id=self.tokenizer.pad_token_id,
             )
         new_tokens = sequences[:, inputs["input_ids"].shape[1] :].tolist()
+        prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()  # left padding is not read
         stops = {self.tokenizer.pad_token_id, *self._eos_ids()}
         results = []
         for row, (request, ids) in enumerate(zip(requests, new_tokens)):
-            ids = ids[: next((i for i, t in enumerate(ids) if t in stops), len(ids))]
+            stop = next((i for i, t in enumerate(ids) if t in stops), None)
+            generated = len(ids) if stop is None else stop + 1  # the stop token was generated; padding was not
+            ids = ids[: len(ids) if stop is None else stop]
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             logprobs = None
             if request.n_options and recorder is not None:
@@ -223,7 +232,14 @@ class TransformersBackend:
                     step_alternatives=lambda step, row=row: self._alternatives(recorder, row, step),
                     locate=lambda pos, ids=ids: self._locate(ids, pos),
                 )
-            results.append(Generation(text=text, label_logprobs=logprobs))
+            results.append(
+                Generation(
+                    text=text,
+                    label_logprobs=logprobs,
+                    prompt_tokens=int(prompt_tokens[row]),
+                    completion_tokens=generated,
+                )
+            )
         return results
 
     def _eos_ids(self) -> list[int]:

@@ -2,9 +2,10 @@
 
 Requests run concurrently on the official `openai` async client, at most `max_concurrency` at a time;
 the client retries connection errors, 408/409/429 and 5xx with exponential back-off (`max_retries`), and
-each attempt is bounded by `timeout`. Images travel as PNG data URLs. Option log-probs come from the
-`top_logprobs` of the token where the answer label was written; a server that refuses `logprobs` is
-asked again without them, once, and remembered.
+each attempt is bounded by `timeout`. Images travel as PNG data URLs, shrunk first to `max_pixels` (Qwen's
+rule) when it is set, so a server gets what its model will use and not a multi-megabyte photo. Option
+log-probs come from the `top_logprobs` of the token where the answer label was written; a server that
+refuses `logprobs` is asked again without them, once, and remembered.
 """
 
 from __future__ import annotations
@@ -14,8 +15,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
-from judge.images import image_to_data_url
+from judge.backends.base import (
+    ChatRequest,
+    Generation,
+    SamplingParams,
+    answer_label_logprobs,
+    check_pixel_range,
+    locate_token,
+)
+from judge.images import fit_pixels, image_to_data_url
 
 __all__ = ["API_KEY_ENV_VARS", "OpenAIBackend"]
 
@@ -23,9 +31,12 @@ API_KEY_ENV_VARS = ("MRJUDGE_API_KEY", "OPENAI_API_KEY")
 """Where the API key is looked for when none is passed, in this order."""
 
 
-def _with_image_urls(messages: list[dict[str, Any]], images: Sequence[Any]) -> list[dict[str, Any]]:
-    """Replace `{"type": "image"}` placeholders, in order, by `image_url` parts carrying data URLs."""
-    urls = iter(image_to_data_url(image) for image in images)
+def _with_image_urls(
+    messages: list[dict[str, Any]], images: Sequence[Any], pixels: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """Replace `{"type": "image"}` placeholders, in order, by `image_url` parts carrying data URLs (images
+    resized into the `pixels` range, `{"min_pixels", "max_pixels"}`, first)."""
+    urls = iter(image_to_data_url(fit_pixels(image, **(pixels or {}))) for image in images)
     out = []
     for message in messages:
         content = message["content"]
@@ -49,6 +60,8 @@ class OpenAIBackend:
         timeout: seconds per attempt.
         max_retries: retries per request, with exponential back-off.
         top_logprobs: alternatives asked per token (OpenAI allows up to 20); 0 disables log-probs.
+        min_pixels, max_pixels: images are resized into this range before they are sent (Qwen's rule: aspect
+            kept, sides multiples of 28); unset: sent as they are, and the server's processor decides.
     """
 
     name = "openai"
@@ -63,9 +76,13 @@ class OpenAIBackend:
         timeout: float = 120.0,
         max_retries: int = 3,
         top_logprobs: int = 20,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
+        check_pixel_range(min_pixels, max_pixels)
+        self.pixels = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key or next((os.environ[v] for v in API_KEY_ENV_VARS if os.environ.get(v)), "EMPTY")
         self.model_name = model_name
@@ -146,7 +163,7 @@ class OpenAIBackend:
 
         body: dict[str, Any] = dict(
             model=request.adapter or self.model_name,
-            messages=_with_image_urls(request.messages, request.images),
+            messages=_with_image_urls(request.messages, request.images, self.pixels),
             max_tokens=params.max_new_tokens,
             temperature=params.temperature,
             top_p=params.top_p,
@@ -177,12 +194,14 @@ class OpenAIBackend:
                 step_alternatives=lambda step: [(alt.token, alt.logprob) for alt in content[step].top_logprobs or []],
                 locate=lambda pos: locate_token(pieces, pos),
             )
+        usage = getattr(response, "usage", None)  # servers that omit it leave the counts at 0
         return Generation(
             text=text,
             label_logprobs=label_logprobs,
             reasoning=_reasoning_of(choice.message),
             finish_reason=choice.finish_reason,
-            usage=_usage_of(response),
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         )
 
 
@@ -207,10 +226,3 @@ def _reasoning_of(message: Any) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
-
-
-def _usage_of(response: Any) -> dict[str, int] | None:
-    usage = getattr(response, "usage", None)
-    if usage is None:
-        return None
-    return {"prompt_tokens": int(usage.prompt_tokens or 0), "completion_tokens": int(usage.completion_tokens or 0)}

@@ -22,7 +22,14 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
+from judge.backends.base import (
+    ChatRequest,
+    Generation,
+    SamplingParams,
+    answer_label_logprobs,
+    check_pixel_range,
+    locate_token,
+)
 
 __all__ = ["VLLMBackend", "VLLMNotInstalled", "vllm_lora_problems"]
 
@@ -74,16 +81,28 @@ class VLLMBackend:
         max_images: images per prompt vLLM must make room for.
         logprobs: alternatives returned per generated token (for option probabilities); 0 disables.
         base: an adapter folder's base model, instead of its `adapter_config.json`'s.
+        min_pixels, max_pixels: the image size range vLLM's processor resizes into (Qwen's meaning), passed as
+            `mm_processor_kwargs` (what `vllm serve --mm-processor-kwargs '{"max_pixels": N}'` sets); unset: the
+            model's processor config.
         engine_kwargs: passed to `vllm.LLM` (e.g. `tensor_parallel_size`, `gpu_memory_utilization`).
     """
 
     name = "vllm"
 
     def __init__(
-        self, model: str, *, max_images: int = 1, logprobs: int = 20, base: str | None = None, **engine_kwargs: Any
+        self,
+        model: str,
+        *,
+        max_images: int = 1,
+        logprobs: int = 20,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        base: str | None = None,
+        **engine_kwargs: Any,
     ) -> None:
         from judge.models import resolve_adapter
 
+        check_pixel_range(min_pixels, max_pixels)
         if importlib.util.find_spec("vllm") is None:
             raise VLLMNotInstalled(
                 "the vLLM backend needs vLLM: `pip install 'mr-judge[vllm]'` on a GPU machine, or use "
@@ -103,6 +122,9 @@ class VLLMBackend:
             engine_kwargs["max_lora_rank"] = _lora_rank(source.config, engine_kwargs.get("max_lora_rank"))
         engine_kwargs.setdefault("enable_prefix_caching", True)
         engine_kwargs.setdefault("limit_mm_per_prompt", {"image": max_images})
+        pixels = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
+        if pixels:
+            engine_kwargs["mm_processor_kwargs"] = {**(engine_kwargs.get("mm_processor_kwargs") or {}), **pixels}
         self.llm = LLM(model=source.base if source else model, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.logprobs = logprobs
@@ -131,7 +153,10 @@ class VLLMBackend:
 
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
         outputs = self.generate_outputs(requests, params)
-        return [self._to_generation(request, output.outputs[0]) for request, output in zip(requests, outputs)]
+        return [
+            self._to_generation(request, output.outputs[0], len(output.prompt_token_ids or ()))
+            for request, output in zip(requests, outputs)
+        ]
 
     def generate_outputs(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Any]:
         """vLLM's own `RequestOutput`s for the requests (token ids, prompt token ids, cached-prefix length, …)."""
@@ -159,11 +184,12 @@ class VLLMBackend:
         return self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=loras if any(loras) else None)
 
     @staticmethod
-    def _to_generation(request: ChatRequest, completion: Any) -> Generation:
+    def _to_generation(request: ChatRequest, completion: Any, prompt_tokens: int = 0) -> Generation:
         text = completion.text
         steps = completion.logprobs
+        usage = dict(prompt_tokens=prompt_tokens, completion_tokens=len(completion.token_ids))
         if not request.n_options or not steps:
-            return Generation(text=text)
+            return Generation(text=text, **usage)
         pieces = [steps[i][tid].decoded_token or "" for i, tid in enumerate(completion.token_ids[: len(steps)])]
         logprobs = answer_label_logprobs(
             text,
@@ -171,4 +197,4 @@ class VLLMBackend:
             step_alternatives=lambda step: [(lp.decoded_token or "", lp.logprob) for lp in steps[step].values()],
             locate=lambda pos: locate_token(pieces, pos),
         )
-        return Generation(text=text, label_logprobs=logprobs)
+        return Generation(text=text, label_logprobs=logprobs, **usage)

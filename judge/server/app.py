@@ -315,6 +315,19 @@ def adapter_lease(pool: AdapterPool | None, body: dict[str, Any]) -> Iterator[Re
         yield revision
 
 
+def decode_max_pixels(judge: Judge) -> int | None:
+    """The area images are shrunk to as they are decoded: the judge's `max_pixels`, else its processor's own
+    upper bound (what the model would shrink them to anyway), else None (an engine behind HTTP: the per-image
+    and per-request pixel budgets still bound what is decoded)."""
+    own = getattr(judge.config, "max_pixels", None)
+    if own:
+        return int(own)
+    processor = getattr(getattr(judge.backend, "loaded", None), "processor", None)
+    size = getattr(getattr(processor, "image_processor", None), "size", None)
+    longest = size.get("longest_edge") if isinstance(size, dict) else getattr(size, "longest_edge", None)
+    return int(longest) if longest else None
+
+
 def decode_images(work: JudgeWork | RewardWork, max_pixels: int | None) -> None:
     """Replace the work's `PendingImage`s with pixels, each distinct one decoded once, shrunk as decoded."""
     decoded: dict[int, Any] = {}
@@ -353,7 +366,7 @@ async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, fie
             "split it, or send smaller groups",
             "too_large",
         )
-    await run_in_threadpool(decode_images, work, getattr(state.judge.config, "max_pixels", None) or config.max_pixels)
+    await run_in_threadpool(decode_images, work, state.decode_max_pixels)
     job = asyncio.ensure_future(state.batcher.submit(work, cost, config.request_timeout_s))
     watch = asyncio.ensure_future(_disconnected(request))
     try:
@@ -423,7 +436,7 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         metrics.queue_depth = lambda: batcher.depth
         app.state.batcher = batcher
         # The shrink rule's first call imports transformers' image code: pay that at start, not per request.
-        await run_in_threadpool(fitted_size, 56, 56, max_pixels=config.max_pixels)
+        await run_in_threadpool(fitted_size, 56, 56, max_pixels=1_003_520)
         await batcher.start()
         try:
             yield
@@ -435,6 +448,7 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     app = FastAPI(title="mr-judge reward server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.judge = judge
     app.state.config = config
+    app.state.decode_max_pixels = decode_max_pixels(judge)
     app.state.metrics = metrics
     app.state.adapters = pool
     groups = GroupPool(config.group_size, config.group_wait_s)

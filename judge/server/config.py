@@ -105,13 +105,6 @@ class ServerConfig:
         default=100_000_000,
         metadata={"help": "width × height summed over a request's distinct images, read from headers (413 above)"},
     )
-    max_pixels: int = field(
-        default=1_003_520,
-        metadata={
-            "help": "images are shrunk to this area as they are decoded when the judge config sets no max_pixels "
-            "(its own wins); 1280 × 28 × 28, the Qwen2.5-VL README's example setting"
-        },
-    )
     allow_local_images: str | None = field(
         default=None,
         metadata={"help": "folder whose image files clients may name by path; None refuses every file path"},
@@ -178,7 +171,6 @@ class ServerConfig:
             "max_items",
             "max_request_items",
             "max_request_pixels",
-            "max_pixels",
             "max_adapters",
         )
         for name in positive:

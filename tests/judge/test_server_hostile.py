@@ -45,11 +45,15 @@ LIMITS = dict(
 )
 
 
+MAX_PIXELS = 1_003_520  # the judge's image size (1280 * 28 * 28): the server shrinks images to it as it decodes
+
+
 @contextmanager
 def running(backend=None, *, batch_size: int = 64, **config):
     """A server around the rule judge on a free loopback port; yields (base URL, backend)."""
     backend = backend or SlowRuleBackend()
-    app = create_app(Judge(backend, JudgeConfig(orders=2, batch_size=batch_size)), ServerConfig(**config))
+    judge_config = JudgeConfig(orders=2, batch_size=batch_size, max_pixels=MAX_PIXELS)
+    app = create_app(Judge(backend, judge_config), ServerConfig(**config))
     with serve(app) as url:
         yield url.removesuffix("/v1"), backend
 
@@ -238,7 +242,7 @@ def test_large_images_are_shrunk_as_decoded(hostile):
         response = client.post("/v1/reward", json=reward(images=images))
     assert response.status_code == 200, response.text
     sizes = backend.image_sizes[before:]
-    assert sizes and all(w * h <= ServerConfig().max_pixels for w, h in sizes), sizes
+    assert sizes and all(w * h <= MAX_PIXELS for w, h in sizes), sizes
     assert set(sizes) == {(1148, 840)}  # Qwen's rule: 4:3 kept, sides multiples of 28
 
 
