@@ -49,6 +49,8 @@ class OpenAIBackend:
         timeout: seconds per attempt.
         max_retries: retries per request, with exponential back-off.
         top_logprobs: alternatives asked per token (OpenAI allows up to 20); 0 disables log-probs.
+        extra_body: engine-specific fields sent with every request, e.g. vLLM's `{"min_tokens": 64,
+            "ignore_eos": True}` (the throughput benchmarks force one generation length this way).
     """
 
     name = "openai"
@@ -63,6 +65,7 @@ class OpenAIBackend:
         timeout: float = 120.0,
         max_retries: int = 3,
         top_logprobs: int = 20,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
@@ -74,6 +77,7 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.top_logprobs = top_logprobs
         self._logprobs_supported = top_logprobs > 0
+        self.extra_body = dict(extra_body or {})
 
     def _client(self) -> Any:
         from openai import AsyncOpenAI
@@ -141,6 +145,7 @@ class OpenAIBackend:
         from openai import BadRequestError
 
         body: dict[str, Any] = dict(
+            **({"extra_body": self.extra_body} if self.extra_body else {}),
             model=request.adapter or self.model_name,
             messages=_with_image_urls(request.messages, request.images),
             max_tokens=params.max_new_tokens,
