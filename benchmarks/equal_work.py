@@ -18,17 +18,27 @@ stop at the same place: one judge-throughput comparison read vLLM 2.29x faster t
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
+from pathlib import Path
 from typing import Any
 
-__all__ = ["FORCED_LENGTH", "GenerateCounter", "vllm_extra_body", "vllm_generation_tokens"]
+__all__ = ["FORCED_LENGTH", "GenerateCounter", "force_in_folder", "vllm_extra_body", "vllm_generation_tokens"]
 
 FORCED_LENGTH = (
     "every call generates exactly max_new_tokens tokens on every engine (transformers min_new_tokens; "
     "vLLM min_tokens + ignore_eos); generated tokens are counted per engine"
 )
 """What a benchmark's JSON line says under `equal_work`."""
+
+
+def force_in_folder(model_dir: str | Path, max_new_tokens: int) -> None:
+    """Write `min_new_tokens` into a model folder's `generation_config.json`, for engines that load the model
+    in another process (the reward server, Ray actors): every transformers `generate` there picks it up."""
+    path = Path(model_dir) / "generation_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**config, "min_new_tokens": max_new_tokens}, indent=2) + "\n")
 
 
 def vllm_extra_body(max_new_tokens: int) -> dict[str, Any]:
