@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from benchmarks.equal_work import GenerateCounter, vllm_extra_body, vllm_generation_tokens
+from benchmarks.equal_work import GenerateCounter, force_in_folder, vllm_extra_body, vllm_generation_tokens
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.openai_http import OpenAIBackend
 from judge.models import load_model
@@ -29,6 +30,18 @@ def test_generate_counter_forces_the_length_and_counts_rows_times_new_tokens(tin
     assert out.shape[1] - 4 == 8 and int(out[0, 4]) != int(first[0])  # EOS masked until the 8th token
     assert (counter.tokens, counter.calls, counter.lengths) == (2 * 8 + 8, 2, {8})
     assert "generate" not in vars(model) and model.generation_config.min_new_tokens is None  # undone on exit
+
+
+def test_force_in_folder_reaches_every_later_load(tiny_lm_dir, tmp_path):
+    # The reward server and Ray actors load the model in their own processes: the folder carries the rule.
+    folder = shutil.copytree(tiny_lm_dir, tmp_path / "model")
+    force_in_folder(folder, 6)
+    model = load_model(str(folder), device="cpu").model
+    assert model.generation_config.min_new_tokens == 6
+    ids = torch.tensor([[5, 6, 7, 8]])
+    first = model.generate(input_ids=ids, max_new_tokens=1, do_sample=False, min_new_tokens=0)[0, -1]
+    model.generation_config.eos_token_id = int(first)
+    assert model.generate(input_ids=ids, max_new_tokens=6, do_sample=False).shape[1] == 4 + 6
 
 
 def _recording_app(seen: list[dict], generated: list[float]) -> FastAPI:
