@@ -237,6 +237,24 @@ def _train(kind: str, model_dir: Path, data: Path, out: Path, device: str, steps
     return record
 
 
+def _train_apart(kind: str, model_dir: Path, data: Path, out: Path, device: str, steps: int) -> dict[str, Any]:
+    """`_train` in a fresh process: accelerate keeps one device state per process, so a CPU run after a CUDA
+    one (or SFT after GRPO) must not share it."""
+    spec = dict(kind=kind, model_dir=str(model_dir), data=str(data), out=str(out), device=device, steps=steps)
+    command = [sys.executable, str(Path(__file__).resolve()), "--train", json.dumps(spec), "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=_child_env())
+    sys.stderr.write(done.stderr[-4000:])
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{kind} on {device} exited with {done.returncode}: {done.stderr[-1500:]}")
+    return json.loads(lines[-1])
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+
+
 def _judge_cli(model_dir: Path, items: Path, out: Path, device: str, tokens: int) -> dict[str, Any]:
     """`mrjudge judge --backend hf --device DEVICE`, through the CLI's own entry point."""
     from scripts.cli import main as mrjudge
@@ -273,10 +291,10 @@ def part_cuda_paths(device: str, plan: dict[str, Any], work: Path, record: Recor
     run_all(SynthConfig(out=str(data), world_n=20, assemble={"val_fraction": 0.25}), show_progress=False)
 
     def train(kind: str, steps: int) -> tuple[dict[str, Any], bool]:
-        ran = _train(kind, model_dir, data, work / f"{kind}-{device.replace(':', '')}", device, steps)
+        ran = _train_apart(kind, model_dir, data, work / f"{kind}-{device.replace(':', '')}", device, steps)
         if not reference:
             return ran, ran["ok"]
-        ref = _train(kind, model_dir, data, work / f"{kind}-ref", "cpu", steps)
+        ref = _train_apart(kind, model_dir, data, work / f"{kind}-ref", "cpu", steps)
         ran["differs_from_cpu"] = [k for k in ("log_keys", "files") if ran[k] != ref[k]]
         ran["cpu_losses"] = ref["losses"]
         return ran, ran["ok"] and ref["ok"] and not ran["differs_from_cpu"]
@@ -441,11 +459,15 @@ def _capped(result: dict[str, Any]) -> float:
     return result.get("peak_total_mib", result.get("peak_mib", math.inf))
 
 
-def longest_prompt(probe: Probe, method: str, lengths: list[int], cap: float, deadline: float) -> dict[str, Any]:
+def longest_prompt(
+    probe: Any, method: str, lengths: list[int], cap: float, deadline: float, save: Any = None
+) -> dict[str, Any]:
     """Step up the prompt ladder until a step passes the cap (or the time runs out); then estimate the
     crossing from a straight line through the last two fitting points (memory grows linearly in the prompt
-    with memory-efficient attention) and, when its predicted step time fits the time left, measure it."""
+    with memory-efficient attention) and, when its predicted step time fits the time left, measure it.
+    `save(probes)` is called after every probe, so a part killed mid-ladder keeps what it measured."""
     probes: list[dict[str, Any]] = []
+    save = save or (lambda probes: None)
     limited_by = "ladder"
     for length in lengths:
         if probes and probes[-1]["ok"]:
@@ -456,6 +478,7 @@ def longest_prompt(probe: Probe, method: str, lengths: list[int], cap: float, de
                 break
         result = probe(method, length)
         probes.append(result)
+        save(probes)
         if not result["ok"] or _capped(result) > cap:
             limited_by = "cap"
             break
@@ -484,6 +507,7 @@ def longest_prompt(probe: Probe, method: str, lengths: list[int], cap: float, de
             if time.time() + 1.5 * predicted < deadline:
                 check = probe(method, estimate)
                 probes.append(check)
+                save(probes)
                 record["estimate_verified"] = bool(check["ok"] and _capped(check) <= cap)
                 if record["estimate_verified"]:
                     record["max_measured"] = estimate
@@ -558,7 +582,14 @@ def part_long_prompts(device: str, plan: dict[str, Any], work: Path, record: Rec
     record["methods"] = results
     for index, method in enumerate(methods):
         share = (deadline - time.time()) / (len(methods) - index)  # what is left, split evenly among the rest
-        results[method] = longest_prompt(probe, method, plan["lp_lengths"], plan["lp_cap_mib"], time.time() + share)
+
+        def progress(probes: list, method: str = method) -> None:
+            results[method] = {"probes": probes, "unfinished": True}
+            record.save()
+
+        results[method] = longest_prompt(
+            probe, method, plan["lp_lengths"], plan["lp_cap_mib"], time.time() + share, progress
+        )
         record[f"max_prompt_{method}_g8"] = results[method]["max_measured"]
         record.save()
     for method in methods:
@@ -638,6 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=None, help="whole-run budget (default: 450 CUDA, 240 CPU)")
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # the child's entry
     parser.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--train", help=argparse.SUPPRESS)  # one training run, in its own process
     args = parser.parse_args(argv)
     out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     if out is None:
@@ -645,6 +677,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.part:
         return run_part(args.part, args.device, out, args.deadline or math.inf)
+    if args.train:
+        spec = json.loads(args.train)
+        record = _train(spec["kind"], Path(spec["model_dir"]), Path(spec["data"]), Path(spec["out"]),
+                        spec["device"], spec["steps"])  # fmt: skip
+        print(json.dumps(record), flush=True)
+        return 0
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(parts) - set(PARTS))
@@ -654,8 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     deadline = began + (args.budget_s or plan["budget_s"])
     records: dict[str, dict[str, Any]] = {}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    env = _child_env()
     with open(out / "log.txt", "w") as log:
         for name in parts:
             left = deadline - time.time()

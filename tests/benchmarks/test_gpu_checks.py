@@ -20,14 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(480)
 def test_cpu_mode_runs_every_part_and_writes_its_files(tmp_path):
-    # ~60 s on 2 quiet cores; the budget is the script's own guard, generous for a loaded CI machine.
+    # About a minute of CPU time; the budget is the script's own guard, generous for a loaded machine (it took
+    # 5 minutes of wall time with ~8 other jobs on the same 2 cores).
     proc = subprocess.run(
-        [sys.executable, "benchmarks/gpu_checks.py", "--device", "cpu", "--out", str(tmp_path), "--budget-s", "270"],
+        [sys.executable, "benchmarks/gpu_checks.py", "--device", "cpu", "--out", str(tmp_path), "--budget-s", "420"],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=290,
+        timeout=460,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = json.loads(proc.stdout.strip().splitlines()[-1])
