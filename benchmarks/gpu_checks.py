@@ -459,6 +459,19 @@ def _capped(result: dict[str, Any]) -> float:
     return result.get("peak_total_mib", result.get("peak_mib", math.inf))
 
 
+def predicted_step_s(probes: list[dict[str, Any]], prompt: int) -> float:
+    """A step's time at `prompt` from the measured ones: t = a·P + b·P² through the last two (attention's share
+    grows with P), or quadratic from a single one (an upper bound)."""
+    done = [p for p in probes if p["ok"]]
+    last = done[-1]
+    if len(done) < 2 or done[-2]["prompt"] == last["prompt"]:
+        return last["step_s"] * (prompt / last["prompt"]) ** 2
+    (p1, t1), (p2, t2) = [(p["prompt"], p["step_s"]) for p in done[-2:]]
+    b = max((t2 / p2 - t1 / p1) / (p2 - p1), 0.0)
+    a = max(t2 / p2 - b * p2, 0.0)
+    return a * prompt + b * prompt**2
+
+
 def longest_prompt(
     probe: Any, method: str, lengths: list[int], cap: float, deadline: float, save: Any = None
 ) -> dict[str, Any]:
@@ -471,9 +484,7 @@ def longest_prompt(
     limited_by = "ladder"
     for length in lengths:
         if probes and probes[-1]["ok"]:
-            last = probes[-1]
-            predicted = last["step_s"] * (length / last["prompt"]) ** 2  # attention: at most quadratic
-            if time.time() + 1.5 * predicted > deadline:
+            if time.time() + 1.5 * predicted_step_s(probes, length) > deadline:
                 limited_by = "time"
                 break
         result = probe(method, length)
@@ -502,7 +513,7 @@ def longest_prompt(
         record["mib_per_1k_tokens"] = round(slope * 1024, 2)
         last = fits[-1]
         if estimate and estimate > last["prompt"]:
-            predicted = last["step_s"] * (estimate / last["prompt"]) ** 2
+            predicted = predicted_step_s(fits, estimate)
             record["estimate_step_s_predicted"] = round(predicted, 1)
             if time.time() + 1.5 * predicted < deadline:
                 check = probe(method, estimate)

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.gpu_checks import PARTS, chunk_option, longest_prompt, same_kind, verdict_problems
+from benchmarks.gpu_checks import (
+    PARTS,
+    chunk_option,
+    longest_prompt,
+    predicted_step_s,
+    same_kind,
+    verdict_problems,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,6 +119,12 @@ def test_longest_prompt_stops_where_the_time_would_run_out():
     found = longest_prompt(slow_probe, "plain", [64, 256, 1024], cap=1e9, deadline=time.time() + 30)
     # The 256 step would take ~160 s (quadratic from 10 s at 64): not started.
     assert slow.calls == [64] and found["limited_by"] == "time" and found["max_measured"] == 64
+
+
+def test_step_time_is_predicted_from_a_linear_plus_quadratic_fit():
+    step = lambda p: {"prompt": p, "ok": True, "step_s": 1e-3 * p + 1e-7 * p * p}  # noqa: E731
+    assert predicted_step_s([step(1000), step(2000)], 4000) == pytest.approx(5.6)
+    assert predicted_step_s([step(1000)], 4000) == pytest.approx(1.1 * 16)  # one point: quadratic, an upper bound
 
 
 def test_longest_prompt_counts_an_out_of_memory_step_as_over_the_cap():
