@@ -87,7 +87,7 @@ TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 # Qwen2 shapes: hidden, layers, heads, kv heads, intermediate, vocab (embeddings untied in all three).
 SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
     "1b": (2048, 20, 16, 4, 5504, 32000),  # 1.02e9 parameters
-    "4b": (2560, 36, 32, 8, 9728, 151936),  # Qwen3-4B's widths in Qwen2 layers: 4.02e9 parameters (GPU runs)
+    "4b": (2560, 36, 32, 8, 9728, 151936),  # Qwen3-4B's widths in Qwen2 layers: 4.06e9 parameters (GPU runs)
     "small": (256, 4, 4, 2, 688, 4096),  # for development runs
     "7b": (3584, 28, 28, 4, 18944, 152064),  # Qwen2.5-7B, the text side of Qwen2.5-VL-7B
 }
