@@ -9,8 +9,17 @@
    judge is an instant rule backend defined here, so the run measures the server and not the model.
    Every bad request must get a 4xx, every good one a 200; the server's RSS (VmRSS of the subprocess)
    is compared before and after.
+3. Hostile: the same instant judge (plus `--judge-delay-ms` per backend call) at default limits, good
+   clients alone for `--hostile-duration` s, then good clients with `--hostile-clients` hostile ones for as
+   long: bomb-like images (8 one-bit 16-megapixel PNGs), a 200-query `/get_reward` (19,900 items), lone
+   surrogates in values and keys, TIFF / EPS / text data URLs, a 100k-character `mode`, unknown item
+   fields, a 10 MB JSON body of 3.3 million zeros, a body sent a byte at a time, and a 1,770-item job whose client hangs up.
+   Reports `hostile_5xx` (must be 0), the server's peak RSS growth (VmHWM over VmRSS at the start of the
+   phase), p99 of the good requests with and without the hostile traffic, and the time from SIGTERM to
+   exit with all of it still running (`shutdown_grace_s` 5).
 
     python benchmarks/server_load.py [--duration 20] [--clients 32] [--fault-requests 10000] [--max-new-tokens 16]
+    python benchmarks/server_load.py --skip-throughput --skip-faults --hostile-duration 10   # the hostile run
 
 Prints one JSON line.
 """
@@ -64,9 +73,13 @@ class InstantRuleBackend:
     option = re.compile(r"^([A-Z])\. (.*)$", re.MULTILINE)
     score = re.compile(r"score=(\d+)")
 
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+
     def generate(self, requests, params):
         from judge.backends.base import Generation
 
+        time.sleep(self.delay_s)
         out = []
         for request in requests:
             text = next(p["text"] for p in request.messages[-1]["content"] if p.get("type") == "text")
@@ -76,16 +89,20 @@ class InstantRuleBackend:
         return out
 
 
-def serve_instant(port: int) -> None:
-    """The fault run's server (runs in a subprocess so its RSS is its own)."""
-    import uvicorn
-
+def serve_instant(port: int, hostile: bool = False, delay_ms: float = 0.0) -> None:
+    """The fault and hostile runs' server (runs in a subprocess so its RSS is its own), as `mrjudge serve`
+    runs it. The fault run tightens two limits; the hostile run keeps the defaults but a short body
+    deadline and shutdown grace (so the run is short)."""
     from judge.judging import Judge, JudgeConfig
     from judge.server import ServerConfig, create_app
+    from judge.server.run import run_server
 
-    config = ServerConfig(port=port, api_key=KEY, max_image_bytes=256 * 1024, max_body_bytes=2 * 2**20)
-    app = create_app(Judge(InstantRuleBackend(), JudgeConfig(orders=2, batch_size=64)), config)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+    if hostile:
+        config = ServerConfig(port=port, api_key=KEY, body_timeout_s=2.0, shutdown_grace_s=5.0)
+    else:
+        config = ServerConfig(port=port, api_key=KEY, max_image_bytes=256 * 1024, max_body_bytes=2 * 2**20)
+    judge = Judge(InstantRuleBackend(delay_ms / 1000), JudgeConfig(orders=2, batch_size=64))
+    run_server(create_app(judge, config), config, log_level="critical")
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
@@ -113,11 +130,11 @@ def png_claiming(width: int, height: int) -> bytes:
     )
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 def start_server(command: list[str], port: int, timeout_s: float = 300) -> subprocess.Popen:
@@ -307,6 +324,197 @@ def fault_run(args: argparse.Namespace) -> dict:
     return {**counts, "alive": alive, "rss_start_kib": rss_start, "rss_end_kib": rss_end, "seconds": elapsed}
 
 
+# -- hostile -----------------------------------------------------------------------------------------------
+
+
+def one_bit_png(width: int, height: int) -> str:
+    buffer = io.BytesIO()
+    Image.new("1", (width, height), 1).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def hostile_bodies() -> dict[str, tuple[str, bytes]]:
+    """The issue's probes, each `(path, body)`; every one must be refused with a 4xx."""
+    bomb = [one_bit_png(4000, 4000 - i) for i in range(8)]  # ~9 KB each, 16 megapixels each
+    tiff, eps = io.BytesIO(), b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n"
+    Image.new("RGB", (8, 8)).save(tiff, "TIFF")
+    png = data_url(8, 2).split(",", 1)[1]
+    reward = {"prompt": "Q?", "responses": ["score=1", "score=2"]}
+    item = {"id": 1, "question": "Q?", "candidates": ["a", "b"]}
+    bodies = {
+        "bomb_images": ("/v1/reward", {**reward, "images": bomb}),
+        "round_robin_19900": ("/get_reward", {"query": [f"P: {i}" for i in range(200)], "prompts": ["P: "] * 200, "tournament": "round_robin"}),
+        "surrogate_prompt": ("/v1/reward", {**reward, "prompt": "Q\ud800?"}),
+        "surrogate_key": ("/v1/judge", {"items": [{**item, "\ud800": 1}]}),
+        "surrogate_get_reward": ("/get_reward", {"query": ["P: a", "P: b"], "prompts": ["P\ud800", "P: "]}),
+        "tiff": (
+            "/v1/reward",
+            {**reward, "images": ["data:image/tiff;base64," + base64.b64encode(tiff.getvalue()).decode()]},
+        ),
+        "eps": ("/v1/reward", {**reward, "images": ["data:image/eps;base64," + base64.b64encode(eps).decode()]}),
+        "text_data_url": ("/v1/reward", {**reward, "images": ["data:text/plain;base64," + png]}),
+        "long_mode": ("/v1/reward", {**reward, "mode": "x" * 100_000}),
+        "unknown_item_field": ("/v1/judge", {"items": [{**item, "colour": "red"}]}),
+        "json_10mb": ("/v1/reward", {**reward, "padding": [0] * 3_300_000}),
+    }
+    return {kind: (path, json.dumps(body).encode()) for kind, (path, body) in bodies.items()}
+
+
+async def raw_request(
+    port: int, path: str, body: bytes, *, byte_every_s: float = 0.0, hang_up_after_s: float = 0.0
+) -> int:
+    """One request on a raw socket: the body all at once or a byte at a time; or sent whole, then the
+    client hangs up. Returns the status (0: no answer, as expected after hanging up)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    try:
+        writer.write(head.encode())
+        if byte_every_s:
+            for i in range(len(body)):
+                writer.write(body[i : i + 1])
+                await writer.drain()
+                try:
+                    line = await asyncio.wait_for(reader.readline(), byte_every_s)
+                    return int(line.split()[1]) if line else 0
+                except asyncio.TimeoutError:
+                    continue
+        try:
+            writer.write(body)
+            await writer.drain()
+        except OSError:  # the server answered early (413 / 408) and closed: read what it said
+            pass
+        if hang_up_after_s:
+            await asyncio.sleep(hang_up_after_s)
+            return 0
+        line = await reader.readline()
+        return int(line.split()[1]) if line else 0
+    finally:
+        writer.close()
+
+
+async def good_clients(base: str, clients: int, stop: asyncio.Event, latencies: list[float], counts: dict) -> None:
+    image = data_url(32, 1)
+
+    async def client(c: int, http: httpx.AsyncClient) -> None:
+        i = c
+        while not stop.is_set():
+            path, body, _ = good_request(i, image)
+            start = time.perf_counter()
+            try:
+                status = (await http.post(path, content=body, headers={"Content-Type": "application/json"})).status_code
+            except httpx.HTTPError:
+                status = 0
+            if status == 200:
+                latencies.append(1000 * (time.perf_counter() - start))
+            counts[status] = counts.get(status, 0) + 1
+            i += clients
+
+    headers = {"Authorization": f"Bearer {KEY}"}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits, headers=headers) as http:
+        await asyncio.gather(*(client(c, http) for c in range(clients)))
+
+
+async def hostile_clients(port: int, clients: int, stop: asyncio.Event, counts: dict, only: tuple = ()) -> None:
+    bodies = hostile_bodies()
+    kinds = [k for k in (*bodies, "slow_body", "hang_up") if not only or k in only]
+    hang_up = json.dumps({"prompt": "Q?", "responses": [f"score={i}" for i in range(60)], "mode": "tournament"})
+
+    async def client(c: int) -> None:
+        i = c
+        while not stop.is_set():
+            kind = kinds[i % len(kinds)]
+            if kind == "slow_body":
+                status = await raw_request(port, "/v1/reward", bodies["surrogate_prompt"][1], byte_every_s=0.5)
+            elif kind == "hang_up":
+                status = await raw_request(port, "/v1/reward", hang_up.encode(), hang_up_after_s=0.05)
+            else:
+                try:
+                    status = await raw_request(port, *bodies[kind])
+                except OSError:
+                    status = -1  # reset: never expected
+            counts.setdefault(kind, {}).setdefault(status, 0)
+            counts[kind][status] += 1
+            i += clients
+
+    await asyncio.gather(*(client(c) for c in range(clients)))
+
+
+async def hostile_phase(port: int, args: argparse.Namespace, hostile: bool, process=None, duration_s=None) -> dict:
+    """Good clients (and hostile ones) for `--hostile-duration` s; with `process`, SIGTERM it at the end
+    with the load still running and time its exit."""
+    stop = asyncio.Event()
+    latencies: list[float] = []
+    good: dict = {}
+    bad: dict = {}
+    tasks = [asyncio.ensure_future(good_clients(f"http://127.0.0.1:{port}", args.clients, stop, latencies, good))]
+    if hostile:
+        only = tuple(args.hostile_kinds.split(",")) if args.hostile_kinds else ()
+        tasks.append(asyncio.ensure_future(hostile_clients(port, args.hostile_clients, stop, bad, only)))
+    await asyncio.sleep(args.hostile_duration if duration_s is None else duration_s)
+    shutdown_s = None
+    if process is not None:
+        start = time.perf_counter()
+        process.send_signal(signal.SIGTERM)
+        while process.poll() is None and time.perf_counter() - start < 60:
+            await asyncio.sleep(0.02)
+        shutdown_s = time.perf_counter() - start
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return {"latencies": latencies, "good": good, "bad": bad, "shutdown_s": shutdown_s}
+
+
+def hostile_run(args: argparse.Namespace) -> dict:
+    port = free_port()
+    command = [sys.executable, str(Path(__file__).resolve()), "--serve-instant", str(port), "--hostile-server"]
+    command += ["--judge-delay-ms", str(args.judge_delay_ms)]
+    process = start_server(command, port)
+    try:
+        quiet = asyncio.run(hostile_phase(port, args, hostile=False))
+        rss_start = rss_kib(process.pid)
+        hwm_start = rss_kib(process.pid, "VmHWM")
+        loud = asyncio.run(hostile_phase(port, args, hostile=True))
+        rss_end, hwm_end = rss_kib(process.pid), rss_kib(process.pid, "VmHWM")
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+        counted = dict(
+            re.findall(
+                r'^mrjudge_(cancelled_requests_total\{reason="\w+"\}|stopped_batches_total) (\d+)', metrics, re.M
+            )
+        )
+        shutdown = asyncio.run(hostile_phase(port, args, hostile=True, process=process, duration_s=3.0))
+    finally:
+        if process.poll() is None:
+            process.kill()
+    statuses = [s for per_kind in loud["bad"].values() for s in per_kind]
+    return {
+        "hostile_5xx": sum(n for per_kind in loud["bad"].values() for s, n in per_kind.items() if s >= 500),
+        "hostile_requests": sum(n for per_kind in loud["bad"].values() for n in per_kind.values()),
+        "hostile_statuses": {k: {str(s): n for s, n in sorted(v.items())} for k, v in sorted(loud["bad"].items())},
+        "hostile_all_refused_4xx": all(400 <= s < 500 or s == 0 for s in statuses),
+        "good_5xx_with_hostile": sum(n for s, n in loud["good"].items() if s >= 500),
+        "good_non_200_with_hostile": sum(n for s, n in loud["good"].items() if s != 200),
+        "good_p50_ms_quiet": round(percentile(quiet["latencies"], 0.5), 1),
+        "good_p99_ms_quiet": round(percentile(quiet["latencies"], 0.99), 1),
+        "good_p50_ms_hostile": round(percentile(loud["latencies"], 0.5), 1),
+        "good_p99_ms_hostile": round(percentile(loud["latencies"], 0.99), 1),
+        "good_requests_quiet": len(quiet["latencies"]),
+        "good_requests_hostile": len(loud["latencies"]),
+        "hostile_rss_start_mib": round(rss_start / 1024, 1),
+        "hostile_peak_rss_growth_mib": round((max(hwm_end, hwm_start) - rss_start) / 1024, 1),
+        "hostile_rss_end_growth_mib": round((rss_end - rss_start) / 1024, 1),
+        "health_after_hostile": health,
+        "cancelled_disconnect": int(counted.get('cancelled_requests_total{reason="disconnect"}', 0)),
+        "stopped_batches": int(counted.get("stopped_batches_total", 0)),
+        "shutdown_s_under_load": round(shutdown["shutdown_s"], 2),
+        "shutdown_grace_s": 5.0,
+        "shutdown_exit_code": process.returncode,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per throughput run")
@@ -318,10 +526,16 @@ def main() -> None:
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-faults", action="store_true")
+    parser.add_argument("--skip-hostile", action="store_true")
+    parser.add_argument("--hostile-duration", type=float, default=20.0, help="seconds per hostile-run phase")
+    parser.add_argument("--hostile-clients", type=int, default=8)
+    parser.add_argument("--hostile-kinds", default="", help="comma-separated probe kinds (default: all)")
+    parser.add_argument("--judge-delay-ms", type=float, default=5.0, help="hostile run: per backend call")
     parser.add_argument("--serve-instant", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--hostile-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_instant:
-        serve_instant(args.serve_instant)
+        serve_instant(args.serve_instant, args.hostile_server, args.judge_delay_ms)
         return
 
     result: dict = {
@@ -379,6 +593,15 @@ def main() -> None:
                 "rss_start_mib": round(faults["rss_start_kib"] / 1024, 1),
                 "rss_end_mib": round(faults["rss_end_kib"] / 1024, 1),
                 "rss_growth": round(faults["rss_end_kib"] / faults["rss_start_kib"] - 1, 4),
+            }
+        )
+    if not args.skip_hostile:
+        result.update(
+            {
+                "hostile_judge": f"instant rule backend + {args.judge_delay_ms:g} ms per call, default limits",
+                "hostile_duration_s": args.hostile_duration,
+                "hostile_clients": args.hostile_clients,
+                **hostile_run(args),
             }
         )
     print(json.dumps(result))

@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from data_synthesis.records import group_of
+from data_synthesis.records import group_of, image_refs
 from judge.prompt import PromptConfig, build_messages, option_letters
 
 __all__ = [
@@ -164,7 +164,7 @@ def letter_histogram(items: list[Row]) -> dict[str, dict[str, dict[str, int]]]:
 def to_sft_example(item: Row, completion: str, prompt: PromptConfig | None = None) -> Row:
     """A TRL conversational VLM example: the judge's own prompt (`judge.prompt.build_messages`, the one it
     sees at inference) with the image, answered by `completion`."""
-    images = [item["image"]] if item.get("image") is not None else []
+    images = image_refs(item.get("image"))
     messages = build_messages(item["question"], item["candidates"], n_images=len(images), config=prompt)
     messages.append({"role": "assistant", "content": [{"type": "text", "text": completion}]})
     return {"id": item["id"], "images": images, "messages": messages}
@@ -175,8 +175,10 @@ def to_description_example(row: Row, instruction: str) -> Row:
     describe stage's text (`row["description"]`): dense supervision of what the judge must see."""
     if not row.get("description") or row.get("image") is None:
         raise ValueError(f"row {row.get('id')!r} needs an image and a description (run the describe stage first)")
+    images = image_refs(row["image"])
+    parts = [{"type": "image"} for _ in images]
     messages = [
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": instruction}]},
+        {"role": "user", "content": [*parts, {"type": "text", "text": instruction}]},
         {"role": "assistant", "content": [{"type": "text", "text": row["description"]}]},
     ]
-    return {"id": f"{row['id']}/describe", "images": [row["image"]], "messages": messages}
+    return {"id": f"{row['id']}/describe", "images": images, "messages": messages}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.prompts import DESCRIBE
+from data_synthesis.records import image_refs
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 
@@ -29,7 +30,7 @@ class ModelDescriber:
     def __call__(self, rows: list[Row]) -> list[Row]:
         requests = [
             ChatRequest.user(
-                DESCRIBE.template, [load_image(row["image"], self.image_root)] if row.get("image") is not None else []
+                DESCRIBE.template, [load_image(ref, self.image_root) for ref in image_refs(row.get("image"))]
             )
             for row in rows
         ]

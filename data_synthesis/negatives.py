@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.prompts import NEGATIVES
-from data_synthesis.records import FLAWS, Negative
+from data_synthesis.records import FLAWS, Negative, image_refs
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 
@@ -146,7 +146,7 @@ class ModelNegatives:
         self.image_root = image_root
 
     def _request(self, row: Row) -> ChatRequest:
-        images = [load_image(row["image"], self.image_root)] if row.get("image") is not None else []
+        images = [load_image(ref, self.image_root) for ref in image_refs(row.get("image"))]
         return ChatRequest.user(NEGATIVES.format(n=str(self.n), question=row["question"], answer=row["answer"]), images)
 
     def __call__(self, rows: list[Row]) -> list[Row]:

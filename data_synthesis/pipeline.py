@@ -53,10 +53,18 @@ def _rebase(rows: list[Row], src: Path, dst: Path) -> list[Row]:
     out = []
     for row in rows:
         image = row.get("image")
-        if isinstance(image, str) and not image.startswith("data:") and not os.path.isabs(image):
-            row = {**row, "image": os.path.relpath(src / image, dst)}
+        if isinstance(image, list):
+            row = {**row, "image": [_rebased_ref(ref, src, dst) for ref in image]}
+        elif image is not None:
+            row = {**row, "image": _rebased_ref(image, src, dst)}
         out.append(row)
     return out
+
+
+def _rebased_ref(image: Any, src: Path, dst: Path) -> Any:
+    if isinstance(image, str) and not image.startswith("data:") and not os.path.isabs(image):
+        return os.path.relpath(src / image, dst)
+    return image
 
 
 def load_rows(input_dir: str | Path, stage: str, out_dir: str | Path) -> list[Row]:
@@ -126,6 +134,7 @@ def run_describe(
     *,
     describer: str = "scene",
     model: ModelSpec | None = None,
+    max_new_tokens: int = 512,
     shard: Shard = WHOLE,
     batch_size: int = 16,
     show_progress: bool = True,
@@ -139,7 +148,7 @@ def run_describe(
     elif describer == "model":
         if model is None:
             raise ValueError("--describer model needs --model")
-        process = _on_model(ModelDescriber, model, image_root=out_dir)
+        process = _on_model(ModelDescriber, model, max_new_tokens=max_new_tokens, image_root=out_dir)
     else:
         raise ValueError(f"--describer must be 'model' or 'scene', got {describer!r}")
     return run_stage(
@@ -316,10 +325,35 @@ class SynthConfig:
     source: str | None = None
     world_n: int = 200
     world_seed: int = 0
+    # How the source is read: the options of `mrjudge synth records` (data_synthesis.sources.write_records).
+    split: str = "train"
+    """Split of a DatasetDict or hub dataset."""
+    dataset_config: str | None = None
+    """Hub dataset: config (subset) name, as `load_dataset`'s `name`."""
+    revision: str | None = None
+    """Hub dataset: branch, tag or commit; pin it for reproducible runs."""
+    limit: int | None = None
+    """Read at most this many source rows."""
+    fields: dict[str, str] = field(default_factory=dict)
+    """Source column names (`FieldMap` fields: id, image, question, answer); unset ones take the usual spellings."""
+    image_root: str | None = None
+    """Folder that relative image paths are resolved against (default: the source's folder)."""
+    source_name: str | None = None
+    """The records' `source` and the prefix of derived ids (default: the file or dataset name)."""
+    max_bad_fraction: float = 0.05
+    """Bad rows are skipped (listed in records.summary.json) up to this share; above it the run stops."""
+    image_workers: int | None = None
+    """Threads decoding the source's images (default: one per core, at most 16)."""
     # Stages
     negatives_generator: str = "scene"
     negatives_n: int = 3
+    negatives_max_attempts: int = 3
+    """Model calls per record before settling for fewer negatives (`synth negatives --max-attempts`)."""
+    negatives_max_new_tokens: int = 512
+    """Generation budget per negatives call (`synth negatives --max-new-tokens`)."""
     describer: str = "scene"
+    describe_max_new_tokens: int = 512
+    """Generation budget per description (`synth describe --max-new-tokens`)."""
     reasoner: str = "scene"
     reasoner_style: str = "diff"
     """The scene reasoner's trace layout: one of `data_synthesis.world.REASONER_STYLES` (see `scene_reasoner`)."""
@@ -352,6 +386,14 @@ class SynthConfig:
         for name in ("negatives_generator", "describer", "reasoner"):
             if getattr(self, name) not in ("scene", "model"):
                 raise ValueError(f"{name} must be 'scene' or 'model', got {getattr(self, name)!r}")
+        from data_synthesis.source_rows import FieldMap
+
+        try:
+            FieldMap(**self.fields)
+        except TypeError as exc:
+            raise ValueError(f"fields: {exc} (fields: id, image, question, answer)") from exc
+        if not 0.0 <= self.max_bad_fraction <= 1.0:
+            raise ValueError(f"max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
         if self.source is not None and "scene" in (self.negatives_generator, self.describer, self.reasoner):
             raise ValueError(
                 "scene generators only work on the synthetic world: set the model stages, or leave `source` null"
@@ -369,6 +411,37 @@ def _spec(fields: dict[str, Any] | None) -> ModelSpec | None:
     return None if fields is None else ModelSpec(**fields)
 
 
+def _records_stage(config: SynthConfig, out: Path) -> dict[str, Any]:
+    """`write_records` with the config's source options; a finished run with the same options is kept as it is
+    (re-checking every image of a 665k-row set takes a while, and its result would be the same)."""
+    import json
+
+    from data_synthesis.sources import FieldMap, write_records
+
+    options: dict[str, Any] = dict(
+        split=config.split,
+        dataset_config=config.dataset_config,
+        revision=config.revision,
+        limit=config.limit,
+        image_root=config.image_root,
+        source_name=config.source_name,
+        max_bad_fraction=config.max_bad_fraction,
+    )
+    source = Path(config.source).expanduser()
+    stamp = [source.stat().st_size, source.stat().st_mtime_ns] if source.is_file() else None  # an edited file reruns
+    wanted = {"source": str(config.source), "source_file": stamp, "fields": dict(config.fields), **options}
+    summary_path = out / "records.summary.json"
+    if summary_path.exists() and (out / "records.jsonl").exists():
+        summary = json.loads(summary_path.read_text())
+        if summary.get("options") == wanted:
+            return summary
+    fields = FieldMap(**config.fields)
+    _, summary = write_records(config.source, out, fields=fields, image_workers=config.image_workers, **options)
+    summary["options"] = wanted
+    write_json_atomic(summary_path, summary)
+    return summary
+
+
 def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any]:
     """Run every stage into `config.out`; finished stages resume (skip their done ids)."""
     out = Path(config.out)
@@ -378,9 +451,7 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
 
         write_world(config.world_n, config.world_seed, out)
     else:
-        from data_synthesis.sources import write_records
-
-        write_records(config.source, out)
+        summaries["records"] = _records_stage(config, out)
     common = dict(batch_size=config.batch_size, show_progress=show_progress, engine=engine_of(config))
     mllm = _spec(config.model)  # one spec (so one loaded model) for negatives and descriptions
     summaries["negatives"] = run_negatives(
@@ -390,9 +461,13 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         model=mllm,
         n=config.negatives_n,
         seed=config.seed,
+        max_attempts=config.negatives_max_attempts,
+        max_new_tokens=config.negatives_max_new_tokens,
         **common,
     )[1]
-    summaries["described"] = run_describe(out, out, describer=config.describer, model=mllm, **common)[1]
+    summaries["described"] = run_describe(
+        out, out, describer=config.describer, model=mllm, max_new_tokens=config.describe_max_new_tokens, **common
+    )[1]
     assembly = AssembleConfig(**{"seed": config.seed, **config.assemble})
     summaries["items"] = run_assemble(out, out, assembly, engine=common["engine"])[1]
     summaries["distilled"] = run_distill(

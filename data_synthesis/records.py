@@ -18,7 +18,7 @@ from typing import Any
 
 from judge.types import DataError, ImageRef
 
-__all__ = ["FLAWS", "Flaw", "Negative", "SFTRecord", "group_of"]
+__all__ = ["FLAWS", "Flaw", "Negative", "SFTRecord", "group_of", "image_refs"]
 
 
 class Flaw(str, Enum):
@@ -37,6 +37,13 @@ class Flaw(str, Enum):
 FLAWS: tuple[str, ...] = tuple(f.value for f in Flaw)
 
 
+def image_refs(image: Any) -> list[Any]:
+    """A record's or item's `image` as a list: `[]` for text-only, one element, or the row's several images."""
+    if image is None:
+        return []
+    return list(image) if isinstance(image, list) else [image]
+
+
 def group_of(record_id: str | int) -> str:
     """The split group of a record: its id up to the first `#` (multi-turn records share it)."""
     return str(record_id).split("#", 1)[0]
@@ -48,8 +55,9 @@ class SFTRecord:
 
     id: str
     """Unique id; `#` separates a conversation id from a turn (`conv-7#t2`)."""
-    image: ImageRef | None
-    """Path (relative to the records file), data URL, bytes, or `None` for text-only."""
+    image: ImageRef | list[ImageRef] | None
+    """Path (relative to the records file), data URL, bytes; a list when the row has several images;
+    `None` for text-only."""
     question: str
     answer: str
     """The reference answer; synthesis treats it as the best candidate."""

@@ -1,7 +1,7 @@
-"""Ordinary SFT data (JSONL, Parquet, LLaVA JSON, `datasets` folders, hub ids) → `SFTRecord`s.
+"""Ordinary SFT data (JSONL, Parquet, LLaVA JSON, TRL VLM sets, `datasets` folders, hub ids) → `SFTRecord`s.
 
 Synthesis starts from plain supervised examples; this module is the one way in, so every later stage sees a
-single shape and every bad row is reported here, with its line and the fix. A LLaVA-style input row
+single shape. A LLaVA-style input row
 
     {"id": "000000033471", "image": "coco/train2017/000000033471.jpg",
      "conversations": [{"from": "human", "value": "<image>\\nWhat are the colors of the bus in the image?"},
@@ -17,78 +17,83 @@ becomes one record per (human, gpt) turn, sharing the conversation's group (`rec
     {"id": "000000033471#t1", "image": "/data/llava/coco/train2017/000000033471.jpg",
      "question": "What feature can be seen on the back of the bus?", ...}
 
-Flat rows (JSONL, Parquet, `datasets`) are read through a `FieldMap`. In-memory images (a `datasets` Image
-feature, PIL, bytes, `{"bytes", "path"}`) are written once as PNG under `out_dir/images/`; image paths are
-checked and referenced where they lie, so big image folders are never copied.
+A row with several images gets a list (`"image": ["…/a.jpg", "…/b.jpg"]`). Row shapes are read in
+`source_rows`, images checked and kept as they came in `source_images`.
+
+Real sets have bad rows (a missing file, a truncated JPEG, an empty answer). `write_records` skips them and
+lists each in `records.summary.json` under `"skipped"` while they stay at or under `max_bad_fraction` of
+the rows read; above it nothing is written and an `InputError` names the fraction and the first
+problems (the CLI exits 2). `load_sft_records` is the strict reader: the first bad row raises.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from data_synthesis.records import SFTRecord
-from judge.images import ImageLoadError, load_image
-from judge.jsonl import InputError, read_jsonl, write_jsonl_atomic
+from data_synthesis.source_images import ImageStore
+from data_synthesis.source_rows import FieldMap, ParsedRow, parse_row, row_id
+from judge.images import ImageLoadError
+from judge.jsonl import InputError, read_jsonl, write_json_atomic
 from judge.types import DataError
 
-__all__ = ["FieldMap", "load_sft_records", "write_records"]
+__all__ = ["DEFAULT_MAX_BAD_FRACTION", "FieldMap", "Skipped", "load_sft_records", "write_records"]
 
-DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
-    "id": ("id",),  # when absent, ids are derived as "<source-name>-<row index>"
-    "image": ("image", "images", "image_path", "img"),
-    "question": ("question", "query", "prompt", "instruction"),
-    "answer": ("answer", "response", "output", "gt_answer"),
-}
-_WHAT = {"id": "a unique id", "image": "the image", "question": "the question", "answer": "the reference answer"}
-MAX_ERRORS = 20  # write_records reports this many bad rows at once, so a file is fixed in one pass
-_IMAGE_TOKEN = re.compile(r"\n?<image>\n?")
-_HUMAN, _GPT = {"human", "user"}, {"gpt", "assistant"}
+DEFAULT_MAX_BAD_FRACTION = 0.05
+SHOWN_PROBLEMS = 10  # how many problems the "too many bad rows" error quotes
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # "owner/name", or a bare canonical name
+_FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv")
 
 
 @dataclass
-class FieldMap:
-    """Column names in the source; `None` takes the first of `DEFAULT_COLUMNS[field]` present in the row."""
+class Skipped:
+    """A source row left out, as listed in `records.summary.json`."""
 
-    id: str | None = None
-    """`None` → the row's `id` if it has one, else `"<source-name>-<row index>"`."""
-    image: str | None = None
-    """`None` → first of image/images/image_path/img; a row with none of them is text-only."""
-    question: str | None = None
-    answer: str | None = None
+    line: int
+    """The JSONL line number; for JSON, Parquet and `datasets` sources the 1-based row number."""
+    id: str | None
+    """The row's own id when it has a usable one."""
+    reason: str
+    """The problem and its fix (`field 'image': … — …`)."""
+    error: DataError = field(repr=False, compare=False)
 
-    def column(self, field: str, row: Mapping[str, Any]) -> str | None:
-        explicit = getattr(self, field)
-        return explicit if explicit is not None else next((c for c in DEFAULT_COLUMNS[field] if c in row), None)
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "id": self.id, "reason": self.reason}
 
 
 @dataclass
 class _Source:
-    """An opened source: its default name, where its relative image paths start, and `(where, index, row)`s."""
+    """An opened source: its default name, where its relative image paths start, and `(where, line, index, row)`s."""
 
     name: str
     base_dir: Path
-    rows: Iterator[tuple[str, int, Any]]
+    rows: Iterator[tuple[str, int, int, Any]]
 
 
-def _open(source: str | Path, split: str) -> _Source:
+def _open(source: str | Path, split: str, dataset_config: str | None, revision: str | None) -> _Source:
     path = Path(source).expanduser()
     suffix = path.suffix.lower()
     if path.is_file():
+        if dataset_config or revision:
+            raise ValueError(
+                f"{source}: --dataset-config / --revision choose a hub dataset's subset and version; "
+                "drop them for a local file"
+            )
         if suffix == ".jsonl":
-            rows = ((f"{source} line {n}", i, row) for i, (n, row) in enumerate(read_jsonl(path)))
+            rows = ((f"{source} line {n}", n, i, row) for i, (n, row) in enumerate(read_jsonl(path)))
         elif suffix in (".json", ".parquet"):
             data = _json_list(path, str(source)) if suffix == ".json" else _parquet_rows(path)
             kind = "item" if suffix == ".json" else "row"
-            rows = ((f"{source} {kind} {i}", i, row) for i, row in enumerate(data))
+            rows = ((f"{source} {kind} {i}", i + 1, i, row) for i, row in enumerate(data))
         else:
             raise InputError(
                 f"{source}: unsupported file type {suffix!r} — use .jsonl, .json (LLaVA) or .parquet, "
@@ -105,19 +110,27 @@ def _open(source: str | Path, split: str) -> _Source:
                     "split", f"{split!r} not in this DatasetDict", f"pick one of {list(dataset)}", str(source)
                 )
             dataset = dataset[split]
-    elif path.exists() or (_HUB_ID.match(str(source)) and suffix not in (".jsonl", ".json", ".parquet", ".csv")):
+    elif path.exists() or (_HUB_ID.match(str(source)) and suffix not in _FILE_TYPES):
         try:
-            dataset = datasets.load_dataset(str(source), split=split)
+            dataset = datasets.load_dataset(str(source), name=dataset_config, split=split, revision=revision)
         except (FileNotFoundError, ConnectionError) as exc:
             raise InputError(f"{source}: cannot load split {split!r} ({exc}) — check the hub id or local path") from exc
+        except ValueError as exc:  # e.g. an unknown config name: datasets lists the available ones
+            raise InputError(f"{source}: {exc}") from exc
     else:
         raise InputError(
             f"{source}: no such file or folder, and not a hub dataset id (owner/name) — check the path; "
             "sources are .jsonl, .json, .parquet, a save_to_disk folder, a data folder or a hub id"
         )
     name = path.name if path.exists() else str(source)
-    rows = ((f"{name}[{split}] row {i}", i, row) for i, row in enumerate(dataset))
+    rows = ((f"{name}[{split}] row {i}", i + 1, i, row) for i, row in enumerate(_undecoded_rows(dataset)))
     return _Source(name, path if path.is_dir() else Path.cwd(), rows)
+
+
+def _undecoded_rows(dataset: Any) -> Iterator[dict[str, Any]]:
+    """The dataset's rows with images as stored (`{"bytes", "path"}`), streamed: no decoding, no re-encoding."""
+    for batch in dataset.with_format("arrow").iter(batch_size=256):
+        yield from batch.to_pylist()
 
 
 def _json_list(path: Path, label: str) -> list[Any]:
@@ -137,132 +150,37 @@ def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
         yield from batch.to_pylist()
 
 
-def _safe_name(record_id: str) -> str:
-    """A file name for an id (which may hold `/` or `#`): readable, deterministic, collision-free."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", record_id).strip("._")[:80] or "record"
-    return slug if slug == record_id else f"{slug}-{hashlib.sha1(record_id.encode()).hexdigest()[:8]}"
-
-
-class _ImageStore:
-    """Turns a row's image into a reference that `out_dir/records.jsonl` can resolve."""
-
-    def __init__(self, out_dir: str | Path, base_dir: Path) -> None:
-        self.out_dir = Path(out_dir).resolve()
-        self.base_dir = base_dir
-
-    def store(self, value: Any, record_id: str) -> str:
-        if isinstance(value, Mapping) and not value.get("bytes") and value.get("path"):
-            value = value["path"]
-        if isinstance(value, (str, os.PathLike)) and not str(value).startswith("data:"):
-            path = Path(value).expanduser()
-            path = (path if path.is_absolute() else self.base_dir / path).resolve()
-            load_image(str(path))  # raises ImageLoadError naming the path
-            return path.relative_to(self.out_dir).as_posix() if path.is_relative_to(self.out_dir) else str(path)
-        image = load_image(value)
-        target = self.out_dir / "images" / f"{_safe_name(record_id)}.png"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".tmp")  # a crash never leaves a torn PNG behind
-        image.save(partial, format="PNG")
-        os.replace(partial, target)
-        return target.relative_to(self.out_dir).as_posix()
-
-
-def _missing(field: str, fields: FieldMap, row: Mapping[str, Any], where: str) -> DataError:
-    column = getattr(fields, field)
-    problem = "missing" if column is None else f"column {column!r} not in the row"
-    fix = f"set --{field}-field to the column that holds {_WHAT[field]} (columns here: {list(row)})"
-    return DataError(field, problem, fix, where)
-
-
-def _text(value: Any, field: str, where: str) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)  # numeric answers (counts, years) are common in VQA data
-    if not isinstance(value, str) or not _IMAGE_TOKEN.sub("", value).strip():
-        raise DataError(field, f"expected non-empty text, got {value!r:.80}", f"put {_WHAT[field]} here", where)
-    return _IMAGE_TOKEN.sub("", value).strip() if field == "question" else value
-
-
-def _field_text(row: Mapping[str, Any], field: str, fields: FieldMap, where: str) -> str:
-    column = fields.column(field, row)
-    if column is None or column not in row:
-        raise _missing(field, fields, row, where)
-    return _text(row[column], field, where)
-
-
-def _turns(conversation: Any, where: str) -> list[tuple[str, str]]:
-    """(human, gpt) pairs of a LLaVA conversation; system turns are skipped."""
-    if not isinstance(conversation, list):
-        raise DataError("conversations", "expected a list of turns", 'use [{"from": "human", "value": ...}]', where)
-    pairs: list[tuple[str, str]] = []
-    pending: str | None = None
-    for number, turn in enumerate(conversation):
-        speaker = turn.get("from") if isinstance(turn, Mapping) else None
-        turn_where = f"{where} turn {number}"
-        if speaker in _HUMAN and pending is None:
-            pending = _text(turn.get("value"), "question", turn_where)
-        elif speaker in _GPT and pending is not None:
-            pairs.append((pending, _text(turn.get("value"), "answer", turn_where)))
-            pending = None
-        elif speaker != "system":
-            problem = f"expected a {'human' if pending is None else 'gpt'} turn, got {speaker!r}"
-            raise DataError("conversations", problem, "alternate human and gpt turns", turn_where)
-    if pending is not None or not pairs:
-        raise DataError("conversations", "the last human turn has no answer", "end with a gpt turn", where)
-    return pairs
-
-
-def _row_records(
-    row: Any, index: int, where: str, fields: FieldMap, name: str, store: _ImageStore, seen: set[str]
-) -> list[SFTRecord]:
-    if not isinstance(row, Mapping):
-        raise DataError("<row>", f"expected an object, got {type(row).__name__}", "write one object per row", where)
-    id_column = fields.column("id", row)
-    if id_column is None:
-        record_id = f"{name}-{index}"
-    elif id_column not in row:
-        raise _missing("id", fields, row, where)
-    else:
-        record_id = row[id_column]
-        if isinstance(record_id, bool) or not isinstance(record_id, (str, int)) or record_id == "":
-            raise DataError("id", f"expected a string or integer, got {record_id!r:.80}", "give each row an id", where)
-        record_id = str(record_id)
-    if record_id in seen:
-        raise DataError("id", f"duplicate id {record_id!r}", "give each row a unique id, or set --id-field", where)
-    seen.add(record_id)
-
-    if "conversations" in row and fields.question is None:
-        pairs = _turns(row["conversations"], where)
-    else:
-        question, answer = (_field_text(row, field, fields, where) for field in ("question", "answer"))
-        pairs = [(question, answer)]
-    ids = [record_id] if len(pairs) == 1 else [f"{record_id}#t{turn}" for turn in range(len(pairs))]
-    image = _image(row, fields, record_id, where, store)
-    return [SFTRecord(id=i, image=image, question=q, answer=a, source=name) for i, (q, a) in zip(ids, pairs)]
-
-
-def _image(row: Mapping[str, Any], fields: FieldMap, record_id: str, where: str, store: _ImageStore) -> str | None:
-    column = fields.column("image", row)
-    if column is None:
-        return None  # no image column at all: a text-only record
-    if column not in row:
-        raise _missing("image", fields, row, where)
-    value = row[column]
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            raise DataError("image", f"record {record_id!r} has {len(value)} images", "keep one per record", where)
-        value = value[0]
-    if value is None or value == "":
-        # A present-but-empty image is more likely lost than intended, so it is never silently text-only.
-        fix = "give the row its image, or drop the image column for text-only data"
-        raise DataError("image", f"record {record_id!r}: column {column!r} is empty", fix, where)
+def _finish(
+    parsed: ParsedRow | Skipped, line: int, where: str, store: ImageStore, name: str
+) -> list[SFTRecord] | Skipped:
+    """A parsed row's records with its images checked and kept (runs in the worker pool)."""
+    if isinstance(parsed, Skipped):
+        return parsed
     try:
-        return store.store(value, record_id)
+        refs = store.keep(parsed.images, parsed.id)
     except ImageLoadError as exc:
-        fix = f"fix the path (relative paths are resolved against {store.base_dir}; or pass image_root=...)"
-        raise DataError("image", f"record {record_id!r}: {exc}", fix, where) from exc
+        fix = f"fix or drop the image (relative paths are resolved against {store.base_dir}; or set --image-root)"
+        error = DataError("image", f"record {parsed.id!r}: {exc}", fix, where)
+        return Skipped(line, parsed.id, _reason(error, where), error)
+    image: Any = None if not refs else refs[0] if len(refs) == 1 else refs
+    return [
+        SFTRecord(id=record_id, image=image, question=q, answer=a, source=name)
+        for record_id, (q, a) in zip(parsed.record_ids, parsed.pairs)
+    ]
 
 
-def _records(
+def _reason(error: DataError, where: str) -> str:
+    """The error without the row's own location (kept: a turn or message number inside the row)."""
+    inside = error.where[len(where) :].strip() if error.where.startswith(where) else ""
+    return (f"{inside}: " if inside else "") + f"field '{error.field_name}': {error.problem} — {error.fix}"
+
+
+def default_image_workers() -> int:
+    """Image decoding threads: one per core, at most 16 (decoding is CPU-bound; Pillow releases the GIL)."""
+    return max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def _rows(
     source: str | Path,
     out_dir: str | Path,
     *,
@@ -271,27 +189,32 @@ def _records(
     limit: int | None = None,
     source_name: str | None = None,
     image_root: str | Path | None = None,
-    errors: list[str] | None = None,
-) -> Iterator[SFTRecord]:
-    """The records of `source`; a bad row raises, or is appended to `errors` (up to `MAX_ERRORS`) when given."""
+    dataset_config: str | None = None,
+    revision: str | None = None,
+    image_workers: int | None = None,
+) -> Iterator[list[SFTRecord] | Skipped]:
+    """Per source row, in order: its records, or why it was skipped. Images are checked `image_workers` at a time."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
-    opened = _open(source, split)
+    workers = image_workers or default_image_workers()
+    if workers < 1:
+        raise ValueError(f"image_workers must be >= 1, got {workers}")
+    opened = _open(source, split, dataset_config, revision)
     name = source_name or opened.name
-    store = _ImageStore(out_dir, Path(image_root).expanduser() if image_root else opened.base_dir)
+    store = ImageStore(out_dir, Path(image_root).expanduser() if image_root else opened.base_dir)
+    fields = fields or FieldMap()
     seen: set[str] = set()
-    for where, index, row in islice(opened.rows, limit):
-        try:
-            records = _row_records(row, index, where, fields or FieldMap(), name, store, seen)
-        except DataError as exc:
-            if errors is None:
-                raise
-            errors.append(str(exc))
-            if len(errors) >= MAX_ERRORS:
-                errors.append(f"... stopped after {MAX_ERRORS} errors")
-                return
-            continue
-        yield from records
+    rows = islice(opened.rows, limit)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="images") as pool:
+        while chunk := list(islice(rows, 32 * workers)):  # bounded: a huge source never sits in memory whole
+            jobs = []
+            for where, line, index, row in chunk:
+                try:
+                    parsed: ParsedRow | Skipped = parse_row(row, index, where, fields, name, seen)
+                except DataError as exc:
+                    parsed = Skipped(line, row_id(row, fields), _reason(exc, where), exc)
+                jobs.append((parsed, line, where))
+            yield from pool.map(lambda job: _finish(*job, store, name), jobs)
 
 
 def load_sft_records(
@@ -303,35 +226,98 @@ def load_sft_records(
     limit: int | None = None,
     source_name: str | None = None,
     image_root: str | Path | None = None,
+    dataset_config: str | None = None,
+    revision: str | None = None,
+    image_workers: int | None = None,
 ) -> Iterator[SFTRecord]:
     """Yield SFT records from any supported source, raising `DataError` at the first bad row.
 
     Args:
-        source: a `.jsonl`/`.parquet`/`.json` (LLaVA) file, a `save_to_disk` folder, a folder of data
+        source: a `.jsonl`/`.parquet`/`.json` (LLaVA or TRL) file, a `save_to_disk` folder, a folder of data
             files, or a hub id (the last two go through `datasets.load_dataset`).
-        out_dir: where `records.jsonl` will live; in-memory images are written to `out_dir/images/` and
-            image paths are made relative to it when inside it.
+        out_dir: where `records.jsonl` will live; encoded images that are not files are written to
+            `out_dir/images/` as they came, and image paths are made relative to it when inside it.
         split: the split of a DatasetDict or of `load_dataset`.
         fields: the source's column names (defaults cover the common spellings).
-        limit: read at most this many source rows (a LLaVA conversation is one row; its turns stay together).
+        limit: read at most this many source rows (a conversation is one row; its turns stay together).
         source_name: the records' `source` and the prefix of derived ids (default: file or dataset name).
         image_root: where relative image paths are resolved (default: the source's folder).
+        dataset_config: `load_dataset`'s config name (a hub dataset's subset).
+        revision: `load_dataset`'s revision (a branch, tag or commit of a hub dataset): pin it for reruns.
+        image_workers: threads decoding images (default: one per core, at most 16).
     """
-    yield from _records(
-        source, out_dir, split=split, fields=fields, limit=limit, source_name=source_name, image_root=image_root
+    options = dict(split=split, fields=fields, limit=limit, source_name=source_name, image_root=image_root)
+    for result in _rows(
+        source, out_dir, **options, dataset_config=dataset_config, revision=revision, image_workers=image_workers
+    ):
+        if isinstance(result, Skipped):
+            raise result.error
+        yield from result
+
+
+def write_records(
+    source: str | Path, out_dir: str | Path, *, max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION, **kwargs: Any
+) -> tuple[Path, dict[str, Any]]:
+    """Normalise `source` into `out_dir/records.jsonl` and `records.summary.json`; return `(path, summary)`.
+
+    Takes `load_sft_records`' keyword arguments. Bad rows are skipped and listed in the summary's
+    `"skipped"` (`{"line", "id", "reason"}` each) while their share of the rows read is at most
+    `max_bad_fraction`; above it an `InputError` names the share and the first problems, and nothing is
+    written. Records stream to a temporary file and are renamed into place at the end, so
+    `records.jsonl` is complete or absent.
+    """
+    if not 0.0 <= max_bad_fraction <= 1.0:
+        raise ValueError(f"max_bad_fraction must be in [0, 1], got {max_bad_fraction}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "records.jsonl"
+    skipped: list[Skipped] = []
+    rows = records = multi_image = 0
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".records.jsonl.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for result in _rows(source, out, **kwargs):
+                rows += 1
+                if isinstance(result, Skipped):
+                    skipped.append(result)
+                    continue
+                multi_image += isinstance(result[0].image, list)
+                for record in result:
+                    handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+                    records += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        if not rows:
+            raise InputError(f"{source}: no rows to read — check the file, the split or --limit")
+        fraction = len(skipped) / rows
+        if fraction > max_bad_fraction:
+            raise InputError(_too_many(source, skipped, rows, max_bad_fraction))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    summary = {
+        "stage": "records",
+        "source": str(source),
+        "rows": rows,
+        "records": records,
+        "rows_with_several_images": multi_image,
+        "bad_fraction": round(fraction, 6),
+        "max_bad_fraction": max_bad_fraction,
+        "skipped": [s.to_dict() for s in skipped],
+    }
+    write_json_atomic(out / "records.summary.json", summary)
+    return path, summary
+
+
+def _too_many(source: str | Path, skipped: list[Skipped], rows: int, limit: float) -> str:
+    head = (
+        f"{source}: {len(skipped)} of {rows} rows are bad ({len(skipped) / rows:.1%}), above --max-bad-fraction "
+        f"{limit:g} ({limit:.1%}); no records written. Fix the source (or the field flags), or raise "
+        "--max-bad-fraction to skip them. First problems:"
     )
-
-
-def write_records(source: str | Path, out_dir: str | Path, **kwargs: Any) -> tuple[Path, int]:
-    """Normalise `source` into `out_dir/records.jsonl` (atomically); return `(path, record count)`.
-
-    Takes `load_sft_records`' keyword arguments. Every bad row (up to `MAX_ERRORS`) is reported in one
-    `InputError`, and then nothing is written.
-    """
-    errors: list[str] = []
-    rows = [record.to_dict() for record in _records(source, out_dir, errors=errors, **kwargs)]
-    if errors:
-        raise InputError(f"{len(errors)} problem(s) in {source}:\n" + "\n".join(errors))
-    path = Path(out_dir) / "records.jsonl"
-    write_jsonl_atomic(path, rows)
-    return path, len(rows)
+    lines = [
+        f"  line {s.line}" + (f" (id {s.id!r})" if s.id else "") + f": {s.reason}" for s in skipped[:SHOWN_PROBLEMS]
+    ]
+    more = [f"  … and {len(skipped) - SHOWN_PROBLEMS} more"] if len(skipped) > SHOWN_PROBLEMS else []
+    return "\n".join([head, *lines, *more])

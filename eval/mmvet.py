@@ -50,6 +50,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from eval.bootstrap import BOOTSTRAP_RESAMPLES, RatioSet, bootstrap_intervals, interval_keys
 from eval.common import (
     bar_chart,
     item_rng,
@@ -59,6 +62,7 @@ from eval.common import (
     write_json_atomic,
     write_text_atomic,
 )
+from eval.provenance import data_provenance, row_sha256, with_image_file
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.backends.spec import ModelSpec
 from judge.engine import BatchFn, Engine, LocalEngine
@@ -82,6 +86,7 @@ __all__ = [
     "grader_message",
     "load_candidates",
     "load_mmvet",
+    "mmvet_provenance",
     "oracle_pick",
     "parse_grade",
     "random_pick",
@@ -243,6 +248,7 @@ def load_mmvet(
     json_path = Path(json_path)
     images_dir = Path(images_dir) if images_dir is not None else json_path.parent / "images"
     data = _read_json_object(json_path, "MM-Vet entries")
+    _refuse_v2(json_path, data)
     keys = list(data)[:limit] if limit is not None else list(data)
     questions, problems = [], []
     for key in keys:
@@ -254,6 +260,39 @@ def load_mmvet(
     if not questions:
         raise InputError(f"{json_path}: no questions — expected MM-Vet's {{id: entry}} object with at least one entry")
     return questions
+
+
+def mmvet_provenance(questions: Sequence[MMVetQuestion], source: str | None = None) -> dict[str, Any]:
+    """`data_sha256` over the questions used: each entry's fields as read and its image file's bytes."""
+    hashes = [
+        with_image_file(
+            row_sha256(
+                {
+                    "id": q.id,
+                    "imagename": q.image.name,
+                    "question": q.question,
+                    "answer": q.answer,
+                    "capability": list(q.capabilities),
+                }
+            ),
+            str(q.image),
+        )
+        for q in questions
+    ]
+    default = str(questions[0].image.parent) if questions else ""
+    return data_provenance(hashes, source=source or default)
+
+
+def _refuse_v2(path: Path, data: Mapping[str, Any]) -> None:
+    """MM-Vet v2 interleaves several images inside the question (`<IMG>name.png<IMG>`), has no `imagename`,
+    and its evaluator grades with another prompt (`<image>` marks, a Markdown table): refuse it by name."""
+    entries = [e for e in data.values() if isinstance(e, Mapping)]
+    if any("imagename" not in e and "<IMG>" in str(e.get("question", "")) for e in entries):
+        raise InputError(
+            f"{path}: this is MM-Vet v2 (questions with <IMG>-separated images, no 'imagename'), which is not "
+            "supported: it needs interleaved multi-image prompts and v2's own grader prompt "
+            "(MM-Vet v2/mm-vet-v2_evaluator.py). Use MM-Vet v1's mm-vet.json, or grade v2 with its official evaluator."
+        )
 
 
 def load_candidates(
@@ -488,9 +527,11 @@ def grade_predictions(backend: Backend, pairs: Sequence[tuple[MMVetQuestion, str
     ]
 
 
-def _grade_key(question_id: str, index: int, text: str) -> str:
-    """Stable cache key: a changed candidate text gets a new key, so a stale grade is never reused."""
-    return f"{question_id}#{index}#{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
+def _grade_key(question_id: str, index: int, text: str, run: int = 0) -> str:
+    """Stable cache key: a changed candidate text gets a new key, so a stale grade is never reused; grading
+    run r > 0 (`--num-runs`) adds `#run{r}`, so run 0 keeps the key older caches have."""
+    key = f"{question_id}#{index}#{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
+    return key if run == 0 else f"{key}#run{run}"
 
 
 def _read_rows(*paths: Path) -> dict[str, dict[str, Any]]:
@@ -510,37 +551,40 @@ def _backend_label(backend: Backend) -> str:
 class _GradeCache:
     """`OUT/grades.jsonl` as a cache: only (question, candidate) pairs not graded before reach the grader."""
 
-    def __init__(self, path: Path, backend: Backend) -> None:
+    def __init__(self, path: Path, backend: Backend, runs: int = 1) -> None:
         self.backend = backend
+        self.runs = runs
         self.rows = _read_rows(path, path.with_name(path.name + ".partial"))
         self.writer = ResumableJsonlWriter(path)
 
-    def grades(self, question: MMVetQuestion, candidates: Sequence[str]) -> list[dict[str, Any]]:
-        return [self.rows[_grade_key(question.id, j, c)] for j, c in enumerate(candidates)]
+    def grades(self, question: MMVetQuestion, candidates: Sequence[str], run: int = 0) -> list[dict[str, Any]]:
+        return [self.rows[_grade_key(question.id, j, c, run)] for j, c in enumerate(candidates)]
 
     def fill(self, jobs: Sequence[tuple[MMVetQuestion, Sequence[str]]]) -> None:
         todo = [
-            (question, j, text)
+            (question, j, text, run)
+            for run in range(self.runs)
             for question, candidates in jobs
             for j, text in enumerate(candidates)
-            if _grade_key(question.id, j, text) not in self.rows
+            if _grade_key(question.id, j, text, run) not in self.rows
         ]
         if not todo:
             return
-        grades = grade_predictions(self.backend, [(q, text) for q, _, text in todo])
+        grades = grade_predictions(self.backend, [(q, text) for q, _, text, _ in todo])
         grader = _backend_label(self.backend)  # known after the first call even when not given
         new = [
             {
-                "id": _grade_key(q.id, j, text),
+                "id": _grade_key(q.id, j, text, run),
                 "question_id": q.id,
                 "candidate": j,
+                "run": run,
                 "score": g.score,
                 "tries": g.tries,
                 "failed": g.failed,
                 "raw": g.raw,
                 "grader": grader,
             }
-            for (q, j, text), g in zip(todo, grades)
+            for (q, j, text, run), g in zip(todo, grades)
         ]
         self.writer.write(new)
         self.rows.update((row["id"], row) for row in new)
@@ -580,8 +624,17 @@ def score_mmvet(
     *,
     judge_undecided: Collection[str] = (),
     judge_consistent: Mapping[str, bool | None] | None = None,
+    grade_runs: Mapping[str, Sequence[Sequence[float]]] | None = None,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> dict[str, Any]:
     """Flat MM-Vet metrics for each selector: the grade of the picked candidate, averaged.
+
+    With `grade_runs` (`{id: [[grade per candidate] per grading run]}`, from `--num-runs`), every score is
+    the mean over the runs, as the official evaluator's `--num_run` reports it, and `{selector}_total_std`
+    is the standard deviation of the per-run totals (numpy's population std, as the official script) with
+    `{selector}_total_runs` the per-run totals. Each score has a seeded 95 % bootstrap interval over
+    questions (`*_ci95_low/high`).
 
     Args:
         questions: the questions scored.
@@ -589,13 +642,13 @@ def score_mmvet(
             parsed at the first try).
         picks: `{selector: {question id: candidate index}}`, e.g. for `first`, `random`, `judge`, `oracle`.
         judge_undecided: ids where the judge gave no choice (its pick fell back to candidate 0).
-        judge_consistent: `Verdict.consistent` per id (`None` where fewer than two display orders parsed).
+        judge_consistent: `Verdict.consistent` per id (`None` where fewer than two display orders parsed:
+            counted as not consistent, as in the pairwise benchmarks, and in `judge_consistency_undetermined`).
 
     Returns:
         `{selector}_total` (mean over all questions) and `{selector}_{capability}` (mean over the questions
         that include it, for each capability present), all in [0, 1]; `n`; `n_candidates`; `unparsed`
-        (judge undecided, a count); `judge_consistency` (share of questions with a consistent verdict among
-        those with one, `None` if none); `grader_retried` and `grader_failed` (counts over all graded
+        (judge undecided, a count); `judge_consistency` (share of all questions with a consistent verdict); `grader_retried` and `grader_failed` (counts over all graded
         candidates).
     """
     sizes = {len(grades_by_question[q.id]) for q in questions}
@@ -607,22 +660,41 @@ def score_mmvet(
     metrics: dict[str, Any] = {"n": len(questions), "n_candidates": sizes.pop() if sizes else 0}
     capabilities = _capabilities_in(questions)
     ordered = [s for s in SELECTORS if s in picks] + sorted(set(picks) - set(SELECTORS))
+    runs = grade_runs or {q.id: [[g.score for g in grades[q.id]]] for q in questions}
+    n_runs = {len(runs[q.id]) for q in questions}
+    if len(n_runs) > 1:
+        raise ValueError(f"every question needs the same number of grading runs, got {sorted(n_runs)}")
+    metrics["grading_runs"] = n_runs.pop() if n_runs else 1
+    ratios = RatioSet()
     for selector in ordered:
-        chosen: dict[str, float] = {}
+        per_run: dict[str, list[float]] = {}
         for q in questions:
             index = picks[selector].get(q.id)
             if index is None or not 0 <= index < len(grades[q.id]):
                 raise ValueError(f"selector {selector!r}: no valid pick for question {q.id!r} (got {index!r})")
-            chosen[q.id] = grades[q.id][index].score
+            per_run[q.id] = [run[index] for run in runs[q.id]]
+        chosen = {qid: sum(v) / len(v) for qid, v in per_run.items()}
         metrics[f"{selector}_total"] = _mean([chosen[q.id] for q in questions])
+        totals = [_mean([per_run[q.id][r] for q in questions]) for r in range(metrics["grading_runs"])]
+        metrics[f"{selector}_total_runs"] = totals
+        metrics[f"{selector}_total_std"] = float(np.std(totals)) if questions else None
+        ratios.add(f"{selector}_total", [chosen[q.id] for q in questions], [1.0] * len(questions))
         for capability in capabilities:
             metrics[f"{selector}_{capability}"] = _mean(
                 [chosen[q.id] for q in questions if capability in q.capabilities]
             )
+            ratios.add(
+                f"{selector}_{capability}",
+                [chosen[q.id] if capability in q.capabilities else 0.0 for q in questions],
+                [float(capability in q.capabilities) for q in questions],
+            )
+    metrics.update(interval_keys(bootstrap_intervals(ratios, n=resamples, seed=seed)))
+    metrics["bootstrap_resamples"], metrics["bootstrap_seed"] = resamples, seed
     ids = {q.id for q in questions}
     metrics["unparsed"] = len(ids & set(judge_undecided))
-    flags = [f for qid, f in (judge_consistent or {}).items() if qid in ids and f is not None]
-    metrics["judge_consistency"] = _mean([float(f) for f in flags])
+    given = {qid: f for qid, f in (judge_consistent or {}).items() if qid in ids}
+    metrics["judge_consistency"] = _mean([float(given.get(q.id) is True) for q in questions]) if given else None
+    metrics["judge_consistency_undetermined"] = sum(given.get(q.id) is None for q in questions) if given else 0
     every = [g for q in questions for g in grades[q.id]]
     metrics["grader_retried"] = sum(g.tries > 1 for g in every)
     metrics["grader_failed"] = sum(g.failed for g in every)
@@ -645,9 +717,15 @@ def _check_candidates(questions: Sequence[MMVetQuestion], candidates: Mapping[st
 
 
 def _row(
-    question: MMVetQuestion, candidates: Sequence[str], grades: list[dict[str, Any]], verdict: Verdict, seed: int
+    question: MMVetQuestion,
+    candidates: Sequence[str],
+    runs: list[list[dict[str, Any]]],
+    verdict: Verdict,
+    seed: int,
 ) -> dict[str, Any]:
+    grades = runs[0]
     scores = [g["score"] for g in grades]
+    mean_scores = [sum(run[j]["score"] for run in runs) / len(runs) for j in range(len(candidates))]
     judge_pick = verdict.choice if verdict.choice is not None else 0  # undecided: fall back to "first"
     return {
         "id": question.id,
@@ -656,13 +734,14 @@ def _row(
         "capabilities": list(question.capabilities),
         "candidates": list(candidates),
         "grades": scores,
+        "grade_runs": [[g["score"] for g in run] for run in runs],
         "grader_tries": [g["tries"] for g in grades],
         "grader_failed": [g["failed"] for g in grades],
         "picks": {
             "first": 0,
             "random": random_pick(seed, question.id, len(candidates)),
             "judge": judge_pick,
-            "oracle": oracle_pick(scores),
+            "oracle": oracle_pick(mean_scores),
         },
         "judge_choice": verdict.choice,
         "judge_votes": verdict.votes,
@@ -673,9 +752,15 @@ def _row(
 
 
 def _report(metrics: Mapping[str, Any], capabilities: Sequence[str], grader: str, judge_name: str) -> str:
-    headers = ["selector", *capabilities, "total"]
+    headers = ["selector", *capabilities, "total", "total 95 % CI", "total std (runs)"]
+
+    def interval(selector: str) -> str:
+        low, high = metrics.get(f"{selector}_total_ci95_low"), metrics.get(f"{selector}_total_ci95_high")
+        return "–" if low is None or high is None else f"{100 * low:.1f}–{100 * high:.1f}"
+
     rows = [
         [selector, *(100 * metrics[f"{selector}_{c}"] for c in [*capabilities, "total"])]
+        + [interval(selector), 100 * (metrics.get(f"{selector}_total_std") or 0.0)]
         for selector in SELECTORS
         if f"{selector}_total" in metrics
     ]
@@ -690,11 +775,19 @@ def _report(metrics: Mapping[str, Any], capabilities: Sequence[str], grader: str
         markdown_table(headers, rows),
         "",
         "`first` = candidate 0 (no selection), `random` = a seeded pick, `oracle` = the best-graded candidate "
-        "(the ceiling of best-of-N).",
+        f"(the ceiling of best-of-N). Every candidate was graded {metrics.get('grading_runs', 1)} time(s); scores "
+        "are the mean over those gradings and `std` the standard deviation of the per-run totals (the official "
+        "evaluator's --num_run; the MM-Vet paper uses 5). 95 % CI: percentile bootstrap over questions "
+        f"({metrics.get('bootstrap_resamples')} resamples, seed {metrics.get('bootstrap_seed')}).",
         "",
         f"- judge undecided (fell back to candidate 0): {metrics['unparsed']} of {n}",
         "- judge consistent across display orders: "
-        + ("n/a" if consistency is None else f"{100 * consistency:.1f} % of questions with two parsed orders"),
+        + (
+            "n/a"
+            if consistency is None
+            else f"{100 * consistency:.1f} % of all questions (one with fewer than two parsed orders counts as not "
+            f"consistent: {metrics.get('judge_consistency_undetermined', 0)} such)"
+        ),
         f"- grades that needed a retry: {metrics['grader_retried']} of {n * k}; fell back to 0: "
         f"{metrics['grader_failed']}",
         "",
@@ -705,6 +798,9 @@ def _report(metrics: Mapping[str, Any], capabilities: Sequence[str], grader: str
         "directly comparable to them.",
         "",
     ]
+    if "data_sha256" in metrics:
+        lines += [f"Data: `{metrics['data_source']}`, {metrics['data_rows']} questions, data_sha256 "
+                  f"`{metrics['data_sha256']}`.", ""]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -719,6 +815,8 @@ def run_mmvet(
     batch_size: int = 32,
     show_progress: bool = True,
     engine: Engine | None = None,
+    num_runs: int = 1,
+    data_source: str | None = None,
 ) -> dict[str, Any]:
     """Best-of-N on MM-Vet: judge each question's candidates, grade every candidate, score each selector.
 
@@ -739,6 +837,9 @@ def run_mmvet(
         show_progress: draw a progress bar.
         engine: where the judge runs (default: this process). Grading stays in this process: the grader is
             an HTTP endpoint, called concurrently, with its answers cached in `grades.jsonl`.
+        num_runs: independent gradings of every candidate (the MM-Vet paper: 5); scores are their mean,
+            `*_total_std` their spread. A later run with more gradings adds only the missing ones.
+        data_source: recorded as `data_source` beside `data_sha256` (default: the questions' image folder).
 
     Returns:
         The metrics written to `metrics.json` (see `score_mmvet`).
@@ -756,7 +857,12 @@ def run_mmvet(
                 f"{predictions}: question {qid!r} was judged on other candidates in an earlier run — "
                 "use a fresh output folder for new candidates"
             )
-    cache = _GradeCache(out / "grades.jsonl", grader_backend)
+    if num_runs < 1:
+        raise InputError(f"--num-runs {num_runs}: give at least 1 grading run (the MM-Vet paper uses 5)")
+    cache = _GradeCache(out / "grades.jsonl", grader_backend, runs=num_runs)
+
+    def graded_runs(q: MMVetQuestion) -> list[list[dict[str, Any]]]:
+        return [cache.grades(q, candidates[q.id], run) for run in range(num_runs)]
 
     items = [
         MCItem(id=q.id, question=q.question, candidates=list(candidates[q.id]), image=str(q.image)) for q in questions
@@ -765,7 +871,7 @@ def run_mmvet(
     def grade(batch: Sequence[MCItem], verdicts: list[Verdict]) -> list[dict[str, Any]]:
         asked = [by_id[item.id] for item in batch]
         cache.fill([(q, candidates[q.id]) for q in asked])
-        return [_row(q, candidates[q.id], cache.grades(q, candidates[q.id]), v, seed) for q, v in zip(asked, verdicts)]
+        return [_row(q, candidates[q.id], graded_runs(q), v, seed) for q, v in zip(asked, verdicts)]
 
     try:
         rows = resumable_predictions(
@@ -778,6 +884,7 @@ def run_mmvet(
             engine=engine,
             finish=grade,
         )
+        cache.fill([(by_id[row["id"]], candidates[row["id"]]) for row in rows])  # runs added to an old folder
         cache.writer.finish()
     finally:
         cache.writer.close()
@@ -792,7 +899,10 @@ def run_mmvet(
         {selector: {row["id"]: row["picks"][selector] for row in rows} for selector in SELECTORS},
         judge_undecided=[row["id"] for row in rows if row["judge_choice"] is None],
         judge_consistent={row["id"]: row["consistent"] for row in rows},
+        grade_runs={row["id"]: [[g["score"] for g in run] for run in graded_runs(by_id[row["id"]])] for row in rows},
+        seed=seed,
     )
+    metrics.update(mmvet_provenance(questions, data_source))
     write_json_atomic(out / "metrics.json", metrics)
 
     capabilities = _capabilities_in(questions)

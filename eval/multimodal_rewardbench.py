@@ -14,8 +14,10 @@ Two modes:
   stream over the file; ours is seeded per item, so it does not move with order or resume.)
 - `mc` — our MC judge with both display orders; an undecided item is a coin flip too, as above.
 
-Metrics: `overall_accuracy`, `accuracy_<category>` (`/` and spaces become `_`), `n`, `unparsed`, and
-`consistency` in mc mode.
+Metrics: `overall_accuracy`, `accuracy_<category>` (`/` and spaces become `_`), the leaderboard's merged
+`accuracy_reasoning` and `accuracy_safety` (items of both halves pooled), each with `*_ci95_low/high`
+(seeded bootstrap) and `*_unparsed_wrong` / `*_unparsed_coin`; `n`, `unparsed`, `consistency` (+
+`consistency_undetermined`) in mc mode; `data_sha256`, `data_rows`, `data_source`.
 """
 
 from __future__ import annotations
@@ -28,16 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.pairwise import PairItem, group_accuracies, resolve_image_paths
+from eval.bootstrap import BOOTSTRAP_RESAMPLES, RatioSet, bootstrap_intervals, interval_keys
+from eval.pairwise import PairItem, PairItems, consistency_metrics, resolve_image_paths
 from eval.pairwise_run import PairwiseBenchmark
+from eval.provenance import provenance_of, row_sha256, with_image_file
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.jsonl import InputError, parse_records, read_records
+from judge.jsonl import InputError, parse_records, read_jsonl
 from judge.judging import item_rng
 from judge.types import DataError
 
 __all__ = [
     "BENCHMARK",
+    "LEADERBOARD_COLUMNS",
     "protocol",
     "MMRBConfig",
     "OFFICIAL_PROMPT",
@@ -52,12 +57,26 @@ __all__ = [
     "score_decisions",
 ]
 
+LEADERBOARD_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("general correctness", ("open_generation/correctness_task",)),
+    ("general preference", ("open_generation/preference_task",)),
+    ("knowledge", ("knowledge",)),
+    ("reasoning", ("reasoning/math", "reasoning/coding")),
+    ("safety", ("safety/bias", "safety/toxicity")),
+    ("vqa", ("vqa",)),
+)
+"""The leaderboard's columns (the repository README) and the reporting categories each pools: Reasoning
+and Safety merge their two halves, counted over the pooled items, as the leaderboard's Overall is."""
+
 REFERENCE_ROWS: list[dict[str, Any]] = [
-    # Published overall accuracy (percent), official protocol.
-    {"judge": "Claude-3.5-Sonnet", "overall": 72.0},
-    {"judge": "Gemini-1.5-Pro", "overall": 72.0},
-    {"judge": "GPT-4o", "overall": 71.5},
-]
+    # The leaderboard in the repository README (facebookresearch/multimodal_rewardbench b4b92cd), percent.
+    {"judge": "Claude-3.5-Sonnet", "overall": 72.0, "general correctness": 62.6, "general preference": 67.8,
+     "knowledge": 73.9, "reasoning": 66.8, "safety": 68.7, "vqa": 85.6},
+    {"judge": "Gemini-1.5-Pro", "overall": 72.0, "general correctness": 63.5, "general preference": 67.7,
+     "knowledge": 66.3, "reasoning": 61.8, "safety": 76.5, "vqa": 87.2},
+    {"judge": "GPT-4o", "overall": 71.5, "general correctness": 62.6, "general preference": 69.0,
+     "knowledge": 72.0, "reasoning": 64.7, "safety": 66.9, "vqa": 87.2},
+]  # fmt: skip
 
 OFFICIAL_PROMPT = (
     "Please act as an impartial judge and evaluate the quality of the responses provided by two AI assistants "
@@ -115,29 +134,36 @@ def _item_from_row(row: Any, where: str) -> PairItem:
         preferred=0 if row["Better"] == "Output1" else 1,
         group=category_of(str(row["Category"]), item_id),
         source=str(row["Category"]),
+        extra={"row_sha256": row_sha256(row)},
     )
 
 
 def load_multimodal_rewardbench(
     data: str | Path, *, image_folder: str | Path | None = None, limit: int | None = None
-) -> list[PairItem]:
-    """Items from `all_data.json` (a JSON list) or a JSONL file; image paths are checked before anything runs."""
+) -> PairItems:
+    """Items from `all_data.json` (a JSON list) or a JSONL file; image paths are checked before anything runs.
+
+    The result's `provenance` holds `data_sha256` over the rows used (each row and its image file's bytes).
+    """
     path = Path(data)
     if not path.is_file():
         raise InputError(f"--data {data}: file not found (download all_data.json with the benchmark's script)")
     if path.suffix == ".jsonl":
-        items = read_records(path, _item_from_row)
+        rows = [(f"line {n}", row) for n, row in read_jsonl(path)]
     else:
         try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
+            loaded = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-        if not isinstance(rows, list):
-            raise InputError(f"{path}: expected a JSON list of items (all_data.json), got {type(rows).__name__}")
-        items = parse_records(((f"item {i}", row) for i, row in enumerate(rows)), _item_from_row, path)
+        if not isinstance(loaded, list):
+            raise InputError(f"{path}: expected a JSON list of items (all_data.json), got {type(loaded).__name__}")
+        rows = [(f"item {i}", row) for i, row in enumerate(loaded)]
+    items = parse_records(rows, _item_from_row, path)
     items = items[:limit] if limit is not None else items
     resolve_image_paths(items, path, image_folder)
-    return items
+    for item in items:
+        item.extra["row_sha256"] = with_image_file(item.extra["row_sha256"], item.image)
+    return PairItems(items, provenance_of(items, source=str(data)))
 
 
 def official_prompt(question: str, answer_a: str, answer_b: str) -> str:
@@ -191,8 +217,17 @@ def official_predict(backend: Backend, items: Sequence[PairItem], config: MMRBCo
     return rows
 
 
-def score(items: Sequence[PairItem], predictions: Sequence[Mapping[str, Any]], *, seed: int = 0) -> dict[str, Any]:
-    """Accuracy overall and per category; an unparsed `pred` (None) is a seeded coin flip, as officially."""
+def score(
+    items: Sequence[PairItem],
+    predictions: Sequence[Mapping[str, Any]],
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> dict[str, Any]:
+    """Accuracy overall, per category and per leaderboard column; an unparsed `pred` (None) is a seeded
+    coin flip, as officially. Beside each: a seeded 95 % bootstrap interval, and the accuracy with unparsed
+    items counted wrong (`*_unparsed_wrong`) and as half a point (`*_unparsed_coin`, a fair coin's expected
+    value, free of the draw)."""
     by_id = {item.id: item for item in items}
     unknown = [str(p.get("id")) for p in predictions if str(p.get("id")) not in by_id]
     if unknown:
@@ -200,30 +235,44 @@ def score(items: Sequence[PairItem], predictions: Sequence[Mapping[str, Any]], *
             f"{len(unknown)} prediction id(s) are not in the data, e.g. {unknown[:3]} — score against the file "
             "the predictions were made on"
         )
-    decisions, unparsed, flags = [], 0, defaultdict(list)
+    scored: list[tuple[str, float, float, float]] = []  # (category, coin-flip credit, wrong credit, half credit)
+    flags: dict[str, list[bool | None]] = defaultdict(list)
     for p in predictions:
         item = by_id[str(p["id"])]
         pred = p.get("pred")
         if pred is not None and pred not in (0, 1):
             raise InputError(f"prediction for {item.id}: field 'pred' must be 0 (Output1), 1 (Output2) or null")
         if pred is None:
-            unparsed += 1
-            pred = item_rng(seed, item.id, "coin").randrange(2)
-        decisions.append((item.group, pred == item.preferred))
+            coin = float(item_rng(seed, item.id, "coin").randrange(2) == item.preferred)
+            scored.append((item.group, coin, 0.0, 0.5))
+        else:
+            right = float(pred == item.preferred)
+            scored.append((item.group, right, right, right))
         if "consistent" in p:
-            flags[item.group].append(bool(p["consistent"]))
-    groups = group_accuracies(decisions)
-    correct = sum(g.agree for g in groups.values())
-    metrics: dict[str, Any] = {
-        "overall_accuracy": correct / len(decisions) if decisions else None,
-        "n": len(decisions),
-        "unparsed": unparsed,
-    }
-    for group, counts in sorted(groups.items()):
-        metrics[metric_key(group)] = counts.accuracy
-    if flags:
-        metrics["consistency"] = sum(sum(f) for f in flags.values()) / len(decisions)
-        metrics.update({"consistency_" + metric_key(g)[len("accuracy_") :]: sum(f) / len(f) for g, f in flags.items()})
+            flags[metric_key(item.group)[len("accuracy_") :]].append(p["consistent"])
+    columns = {"overall": None} | {label: parts for label, parts in LEADERBOARD_COLUMNS}
+    categories = sorted({c for c, *_ in scored})
+    metrics: dict[str, Any] = {"n": len(scored), "unparsed": sum(p.get("pred") is None for p in predictions)}
+    ratios = RatioSet()
+
+    def add(key: str, members: list[bool]) -> None:
+        chosen = [s for s, m in zip(scored, members) if m]
+        if not chosen:
+            return
+        metrics[key] = sum(s[1] for s in chosen) / len(chosen)
+        metrics[f"{key}_unparsed_wrong"] = sum(s[2] for s in chosen) / len(chosen)
+        metrics[f"{key}_unparsed_coin"] = sum(s[3] for s in chosen) / len(chosen)
+        ratios.add(key, [s[1] if m else 0.0 for s, m in zip(scored, members)], [float(m) for m in members])
+
+    for label, parts in columns.items():
+        key = "overall_accuracy" if parts is None else metric_key(label)
+        add(key, [parts is None or c in parts for c, *_ in scored])
+    for category in categories:
+        if metric_key(category) not in metrics:
+            add(metric_key(category), [c == category for c, *_ in scored])
+    metrics.update(interval_keys(bootstrap_intervals(ratios, n=resamples, seed=seed)))
+    metrics["bootstrap_resamples"], metrics["bootstrap_seed"] = resamples, seed
+    metrics.update(consistency_metrics(flags))
     return metrics
 
 
@@ -273,4 +322,6 @@ BENCHMARK = PairwiseBenchmark(
     title="Multimodal RewardBench",
     score=score,
     references=REFERENCE_ROWS,
+    columns=[(label, metric_key(label)) for label, _ in LEADERBOARD_COLUMNS],
+    unparsed_rule="counts an unparsed item as a seeded coin flip (2_get_accuracy.py)",
 )

@@ -9,7 +9,7 @@ and accuracy per group from one decision per item.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,15 @@ from judge.jsonl import InputError
 from judge.judging import Judge
 from judge.types import MCItem
 
-__all__ = ["GroupCounts", "PairItem", "group_accuracies", "mc_predict", "resolve_image_paths"]
+__all__ = [
+    "GroupCounts",
+    "PairItem",
+    "PairItems",
+    "consistency_metrics",
+    "group_accuracies",
+    "mc_predict",
+    "resolve_image_paths",
+]
 
 
 @dataclass
@@ -35,6 +43,17 @@ class PairItem:
     source: str = ""
     """A finer origin where the benchmark has one (e.g. `povid`)."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PairItems(list):
+    """The items of a benchmark file, plus `provenance`: the `metrics.json` keys saying which data it was
+    (`data_sha256`, `data_rows`, `data_source`, `data_revision`; see `eval.provenance`)."""
+
+    provenance: dict[str, Any]
+
+    def __init__(self, items: Iterable[PairItem] = (), provenance: dict[str, Any] | None = None) -> None:
+        super().__init__(items)
+        self.provenance = provenance or {}
 
 
 @dataclass
@@ -114,3 +133,18 @@ def resolve_image_paths(
             f"{len(missing)} image file(s) not found, e.g. {missing[:3]} — field 'image' is resolved against "
             f"{base}; point the image folder option there or fix the paths"
         )
+
+
+def consistency_metrics(flags: Mapping[str, Sequence[bool | None]]) -> dict[str, object]:
+    """Order consistency by one rule: the share of all items whose parsed display orders all agreed; an item
+    with fewer than two parsed orders (`None`) counts as not consistent and is counted in
+    `consistency_undetermined`."""
+    every = [f for values in flags.values() for f in values]
+    if not every:
+        return {}
+    out: dict[str, object] = {
+        "consistency": sum(f is True for f in every) / len(every),
+        "consistency_undetermined": sum(f is None for f in every),
+    }
+    out.update({f"consistency_{g}": sum(f is True for f in v) / len(v) for g, v in flags.items() if v})
+    return out

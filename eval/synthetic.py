@@ -217,7 +217,8 @@ class KnockoutSelector:
         ]
         verdicts = []
         for item, result in zip(items, compute_rewards(self.judge, requests, max_options=self.max_options)):
-            champion = max(range(len(result.rewards)), key=lambda i: (result.rewards[i], -i))
+            scored = [i for i, r in enumerate(result.rewards) if r is not None]  # None: an unparsed game
+            champion = max(scored, key=lambda i: (result.rewards[i], -i)) if scored else None
             flags = [v.consistent for v in result.verdicts]
             verdicts.append(
                 Verdict(

@@ -1,27 +1,29 @@
 """VL-RewardBench (Li et al., CVPR 2025), run and scored the way its own code does it.
 
-Data: the hub dataset `MMInstruction/VL-RewardBench` (split `test`) or a local Parquet/JSONL with the
-same fields (`id`, `query`, `response` (2), `image`, `human_ranking`; in `human_ranking` the response with
-the lower rank is preferred). Each item's group comes from its id prefix (cut at the first `_` or `-`),
-as the current official `cal.py` intends: `hallucination` (POVID), `RLAIF`, `RLHF` → hallucination;
-`mathverse`, `mmmu` → reasoning; `wildvision` and everything else (VLFeedback) → general.
+Data: either published form. The hub dataset `MMInstruction/VL-RewardBench` (split `test`, one Parquet
+file, `image` as bytes; its commit is recorded) or a local copy of it; or the GitHub `data/data.jsonl`
+(`image_path` relative to the file, 18 ids repeated with other responses: every row is kept). In
+`human_ranking` the response with rank 0 is preferred. Each item's group comes from its id prefix (cut at
+the first `_` or `-`), as the current official `cal.py` does: `hallucination` (POVID), `RLAIF`, `RLHF` →
+hallucination; `mathverse`, `mmmu` → reasoning; `wildvision` and everything else (VLFeedback) → general.
 
 Two modes:
 
 - `official` — VL-RewardBench's `inference_hf.py` + `cal.py`: the official pairwise prompt (text, then
-  the image), a random display order per call, k calls (default 10) at temperature 0.2 / top_p 0.2, the
-  official regex on the reply with newlines and `*` removed. Per call: `agree` unless the parsed number
-  is the rejected response's display position (`reject`), or `doesntMatch` when the regex fails. Per item:
-  `agree`/`reject`/`doesntMatch` when that outcome has more than half of the calls, else `other`.
-  Only `agree` and `reject` items enter the denominators.
+  the image, `"<image>\\n"` removed), a random display order per call, k calls (default 10) at temperature
+  0.2 / top_p 0.2, the official regex on the reply with newlines and `*` removed. Per call: `agree` unless
+  the parsed number is the rejected response's display position (`reject`), or `doesntMatch` when the
+  regex fails. The headline is `cal.py`'s reading (its seeded shuffle, k = 9 of 10 calls by default; see
+  `eval.vlrb_readings`); `all_calls_*` keep the majority over all calls.
 - `mc` — our MC judge (MR. Judge's prompt) with both display orders; the item's decision is the judge's
   aggregated choice, and order consistency is reported too. Undecided items leave the denominators too.
 
 Metrics (`metrics.json`): `overall_accuracy` (micro over the three groups), `macro_accuracy` (mean of the
-groups), `accuracy_general`, `accuracy_hallucination`, `accuracy_reasoning`, `accuracy_<source>` for
-povid, rlaif_v, rlhf_v, mathverse, mmmu, wildvision, vlfeedback, `n`, `unparsed` (items left out because
-no answer parsed, or no outcome had a majority — `no_majority` counts the latter), and `consistency` in
-mc mode.
+groups), `accuracy_general|hallucination|reasoning`, `accuracy_<source>`, each with `*_ci95_low/high`
+(seeded bootstrap); `n`, `decided`, `unparsed` (items left out: no parse or no majority; `no_majority`
+counts the latter); `overall|macro_accuracy_unparsed_wrong|coin`; `reading`, `headline_k`,
+`overall|macro_accuracy_k{1,3,5,7,9}`; `consistency` (+ `consistency_undetermined`) in mc mode; and
+`data_sha256`, `data_rows`, `data_source`, `data_revision`.
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from eval.pairwise import PairItem, group_accuracies, resolve_image_paths
+from eval.bootstrap import BOOTSTRAP_RESAMPLES
+from eval.pairwise import PairItem, PairItems, consistency_metrics, resolve_image_paths
 from eval.pairwise_run import PairwiseBenchmark
+from eval.provenance import provenance_of, row_sha256, with_image_file
+from eval.vlrb_readings import CALPY_KS, READINGS, Unit, calpy_units, default_headline_k, unit_metrics
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.jsonl import InputError, parse_records, read_records
+from judge.jsonl import InputError, read_jsonl
 from judge.judging import item_rng
 from judge.types import DataError
 
@@ -50,10 +55,13 @@ __all__ = [
     "REFERENCE_ROWS",
     "SOURCES",
     "VLRBConfig",
+    "IMAGE_TAG",
     "call_outcome",
+    "calpy_key",
     "group_of_source",
     "item_outcome",
     "load_vl_rewardbench",
+    "match_predictions",
     "official_predict",
     "official_prompt",
     "parse_official",
@@ -76,11 +84,23 @@ SOURCES = {
 """Each source (dataset of origin) and the group it is reported under."""
 
 REFERENCE_ROWS: list[dict[str, Any]] = [
-    # Published numbers (percent), official protocol; group columns where the papers give them.
-    {"judge": "GPT-4o", "overall": 65.8, "macro": 62.4},
-    {"judge": "Gemini-1.5-Pro", "overall": 67.2, "macro": 62.5},
-    {"judge": "Claude-3.5-Sonnet", "overall": 55.3, "macro": 53.6},
-    {"judge": "Skywork-VL-Reward-7B", "overall": 73.3, "macro": 69.0},
+    # Published numbers (percent); `protocol` says how each was measured, `note` where the sources differ.
+    {
+        "judge": "GPT-4o",
+        "overall": 65.8,
+        "macro": 62.4,
+        "protocol": "official",
+        "note": "as MR. Judge's table cites it; VL-RewardBench's own abstract (arXiv 2411.17451v2) says 65.4",
+    },
+    {"judge": "Gemini-1.5-Pro", "overall": 67.2, "macro": 62.5, "protocol": "official"},
+    {"judge": "Claude-3.5-Sonnet", "overall": 55.3, "macro": 53.6, "protocol": "official"},
+    {
+        "judge": "Skywork-VL-Reward-7B",
+        "overall": 73.3,
+        "macro": 69.0,
+        "protocol": "scalar reward",
+        "note": "a scalar reward model: the higher-scored response wins; no prompt, no regex, no votes",
+    },
     {
         "judge": "MR. Judge-7B (SFT+RL)",
         "overall": 75.5,
@@ -88,6 +108,8 @@ REFERENCE_ROWS: list[dict[str, Any]] = [
         "general": 68.7,
         "hallucination": 83.2,
         "reasoning": 61.4,
+        "protocol": "MR. Judge paper",
+        "note": "the MR. Judge paper's own multiple-choice prompt, not the official pairwise prompt",
     },
 ]
 
@@ -148,13 +170,29 @@ def group_of_source(source: str) -> str:
 
 # -- data --------------------------------------------------------------------------------------------------
 
+IMAGE_TAG = "<image>\n"
+"""`inference_hf.py` removes this from the prompt before sending it (448 POVID queries carry it)."""
+
+
+def calpy_key(item_id: str, query: str, responses: Sequence[str]) -> str:
+    """The key `cal.py` groups calls by: id + query (as in the data) + the responses sorted, tab-joined."""
+    return item_id + query + "\t".join(sorted(responses))
+
 
 def _item_from_row(row: Any, where: str) -> PairItem:
     if not isinstance(row, Mapping):
         raise DataError("row", f"expected an object, got {type(row).__name__}", "write one JSON object per line", where)
-    for name in ("id", "query", "response", "image", "human_ranking"):
+    for name in ("id", "query", "response", "human_ranking"):
         if row.get(name) is None:
             raise DataError(name, "missing", f"every VL-RewardBench row needs '{name}'", where)
+    image = row.get("image") if row.get("image") is not None else row.get("image_path")
+    if image is None:
+        raise DataError(
+            "image",
+            "missing",
+            "give 'image' (the hub/Parquet form: bytes or a path) or 'image_path' (the GitHub data.jsonl form)",
+            where,
+        )
     responses, ranking = list(row["response"]), [int(r) for r in row["human_ranking"]]
     if len(responses) != 2 or not all(isinstance(r, str) for r in responses):
         raise DataError("response", f"expected 2 strings, got {len(responses)} items", "give two responses", where)
@@ -162,57 +200,114 @@ def _item_from_row(row: Any, where: str) -> PairItem:
         raise DataError(
             "human_ranking", f"expected ranks [0, 1] in some order, got {ranking}", "rank 0 marks the preferred", where
         )
-    item_id = str(row["id"])
+    item_id, query = str(row["id"]), str(row["query"])
     source = source_of_id(item_id)
     return PairItem(
         id=item_id,
-        query=str(row["query"]),
+        query=query.replace(IMAGE_TAG, ""),
         responses=responses,
-        image=row["image"],
+        image=image,
         preferred=ranking.index(0),
         group=group_of_source(source),
         source=source,
-        extra={"human_ranking": ranking},
+        extra={
+            "human_ranking": ranking,
+            "id": item_id,
+            "calpy_key": calpy_key(item_id, query, responses),
+            "row_sha256": row_sha256(row),
+        },
     )
 
 
-def load_vl_rewardbench(data: str | Path, *, limit: int | None = None, split: str = "test") -> list[PairItem]:
+def _parse_rows(rows: Iterable[tuple[str, Any]], source: str | Path, max_errors: int = 20) -> list[PairItem]:
+    """Every row parsed, every problem collected; repeated ids are kept (the GitHub copy repeats 18)."""
+    items, errors = [], []
+    for label, row in rows:
+        try:
+            items.append(_item_from_row(row, where=f"{source} {label}"))
+        except DataError as exc:
+            errors.append(str(exc))
+            if len(errors) >= max_errors:
+                errors.append(f"... stopped after {max_errors} errors")
+                break
+    if errors:
+        raise InputError(f"{len(errors)} problem(s) in {source}:\n" + "\n".join(errors))
+    return items
+
+
+def _unique_ids(items: Sequence[PairItem]) -> None:
+    """Give each row its own id for predictions and resume: a repeated id's later rows become `id#2`, `id#3`…"""
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.id] = seen.get(item.id, 0) + 1
+        if seen[item.id] > 1:
+            item.id = f"{item.id}#{seen[item.id]}"
+
+
+def load_vl_rewardbench(
+    data: str | Path,
+    *,
+    limit: int | None = None,
+    split: str = "test",
+    revision: str | None = None,
+    image_folder: str | Path | None = None,
+) -> PairItems:
     """Items from a local `.jsonl`/`.json`/`.parquet` file, or from the hub id `MMInstruction/VL-RewardBench`.
 
-    In JSONL, `image` may be a path (relative to the file's folder), a data URL, or `{"bytes", "path"}`;
-    every bad line is reported with its number, field and fix before anything runs.
+    Both published forms load: the hub's Parquet (`image` as bytes) and the GitHub `data/data.jsonl`
+    (`image_path` relative to the file's folder, or to `image_folder`; 18 ids appear twice there with other
+    responses). Every row is kept; a repeated id's later rows get `#2`, `#3`… in `item.id` (the original id
+    stays in `extra["id"]`). `"<image>\\n"` is removed from queries, as `inference_hf.py` does. The result's
+    `provenance` holds `data_sha256` over the rows used, and the hub commit for hub data.
     """
     path = Path(data)
+    hub_revision = None
     if path.suffix in (".jsonl", ".json") and path.is_file():
-        items = read_records(path, _item_from_row)
-        resolve_image_paths(items, path)
+        items = _parse_rows(((f"line {n}", row) for n, row in read_jsonl(path)), path)
+    elif path.suffix in (".jsonl", ".json"):
+        raise InputError(f"--data {data}: file not found")
     else:
-        rows = _dataset_rows(str(data), split)
-        items = parse_records(((f"row {i}", row) for i, row in enumerate(rows)), _item_from_row, data)
-    return items[:limit] if limit is not None else items
+        rows, hub_revision = _dataset_rows(str(data), split, revision)
+        items = _parse_rows(((f"row {i}", row) for i, row in enumerate(rows)), data)
+    items = items[:limit] if limit is not None else items
+    _unique_ids(items)
+    if path.is_file():
+        resolve_image_paths(items, path, image_folder)
+    for item in items:
+        item.extra["row_sha256"] = with_image_file(item.extra["row_sha256"], item.image)
+    return PairItems(items, provenance_of(items, source=str(data), revision=hub_revision))
 
 
-def _dataset_rows(data: str, split: str) -> Iterable[dict[str, Any]]:
-    """Rows of a Parquet file or hub dataset through `datasets`, images kept as `{"bytes", "path"}`."""
+def _dataset_rows(data: str, split: str, revision: str | None) -> tuple[Iterable[dict[str, Any]], str | None]:
+    """Rows of a Parquet file or hub dataset through `datasets`, images kept as `{"bytes", "path"}`, and the
+    hub commit the rows came from (None for a local file)."""
     import datasets
 
     if data.endswith(".parquet"):
         if not Path(data).is_file():
             raise InputError(f"--data {data}: file not found")
-        dataset = datasets.load_dataset("parquet", data_files=data, split="train")
+        dataset, commit = datasets.load_dataset("parquet", data_files=data, split="train"), None
+    elif Path(data).is_dir():  # a local copy of the hub repository: no commit to record
+        dataset, commit = datasets.load_dataset(data, split=split), None
     else:
-        dataset = datasets.load_dataset(data, split=split)
+        # The builder of a hub dataset is keyed on the commit it resolved (`builder.hash`), so the
+        # commit recorded is the one the rows came from, also when read back from the cache offline.
+        builder = datasets.load_dataset_builder(data, revision=revision)
+        builder.download_and_prepare()
+        dataset, commit = builder.as_dataset(split=split), builder.hash
     if "image" in dataset.features and isinstance(dataset.features["image"], datasets.Image):
         dataset = dataset.cast_column("image", datasets.Image(decode=False))
-    return dataset
+    return dataset, commit
 
 
 # -- the official protocol ---------------------------------------------------------------------------------
 
 
 def official_prompt(query: str, responses_shown: Sequence[str]) -> str:
-    """The official prompt with the responses in display order (Answer 1 first)."""
-    return OFFICIAL_PROMPT.format(query=query, answer_1=responses_shown[0], answer_2=responses_shown[1])
+    """The official prompt with the responses in display order (Answer 1 first), `"<image>\\n"` removed from
+    the whole text as `inference_hf.py` does."""
+    text = OFFICIAL_PROMPT.format(query=query, answer_1=responses_shown[0], answer_2=responses_shown[1])
+    return text.replace(IMAGE_TAG, "")
 
 
 def parse_official(text: str) -> int | None:
@@ -310,103 +405,144 @@ def official_predict(backend: Backend, items: Sequence[PairItem], config: VLRBCo
 # -- scoring -----------------------------------------------------------------------------------------------
 
 
-def score(items: Sequence[PairItem], predictions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Metrics from one decision per item: `pred` is the index of the response judged better, or None.
-
-    Items without a decision leave the denominators (as the official `cal.py` leaves out `doesntMatch`
-    and `other`). A prediction whose `status` is `other` counts in `no_majority`; `consistent` flags, when
-    present, give `consistency` (share of all scored items whose display orders agreed).
-    """
-    by_id = {item.id: item for item in items}
-    unknown = [str(p.get("id")) for p in predictions if str(p.get("id")) not in by_id]
+def match_predictions(
+    items: Sequence[PairItem], predictions: Sequence[Mapping[str, Any]]
+) -> list[tuple[PairItem, Mapping[str, Any]]]:
+    """Pair each prediction with its row: by the row's own id (`id#2` for a repeated id's second row), or
+    by a repeated original id taken in file order (the n-th prediction for `mathverse_3489` is its n-th row)."""
+    by_uid = {item.id: item for item in items}
+    by_original: dict[str, list[PairItem]] = defaultdict(list)
+    for item in items:
+        by_original[str(item.extra.get("id", item.id))].append(item)
+    used: set[str] = set()
+    pairs, unknown = [], []
+    for p in predictions:
+        key = str(p.get("id"))
+        item = by_uid.get(key)
+        if item is None or item.id in used:
+            item = next((i for i in by_original.get(key, []) if i.id not in used), None)
+        if item is None:
+            unknown.append(key)
+            continue
+        used.add(item.id)
+        pairs.append((item, p))
     if unknown:
         raise InputError(
-            f"{len(unknown)} prediction id(s) are not in the data, e.g. {unknown[:3]} — score against the same "
-            "VL-RewardBench file the predictions were made on"
+            f"{len(unknown)} prediction(s) match no row of the data, e.g. {unknown[:3]} (an id not in the file, or "
+            "more predictions for an id than it has rows) — score against the same VL-RewardBench file the "
+            "predictions were made on"
         )
-    decisions_source, decisions_group = [], []
-    no_majority, flags = 0, defaultdict(list)
-    for p in predictions:
-        item = by_id[str(p["id"])]
-        pred = p.get("pred")
-        if pred is not None and pred not in (0, 1):
-            raise InputError(f"prediction for {item.id}: field 'pred' must be 0, 1 or null, got {pred!r}")
-        correct = None if pred is None else pred == item.preferred
-        decisions_source.append((item.source, correct))
-        decisions_group.append((item.group, correct))
-        no_majority += p.get("status") == "other"
+    return pairs
+
+
+def _call_outcomes(row: Mapping[str, Any]) -> list[str]:
+    """A row's per-call outcomes, with a model-based reading (`llm_outcome`) where the regex failed."""
+    return [c.get("llm_outcome") or c["outcome"] for c in row["calls"]]
+
+
+def score(
+    items: Sequence[PairItem],
+    predictions: Sequence[Mapping[str, Any]],
+    *,
+    reading: str = "cal.py",
+    headline_k: int | None = None,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> dict[str, Any]:
+    """Metrics of a run: official-mode rows (with `calls`) by `reading` (`cal.py` at `headline_k`, default the
+    largest k of 1, 3, 5, 7, 9 the calls cover; or `all-calls`), other rows by their `pred` (index of the
+    response judged better, or None). See `eval.vlrb_readings` for the readings and what each key means.
+    """
+    if reading not in READINGS:
+        raise InputError(f"reading {reading!r}: choose one of {', '.join(READINGS)}")
+    pairs = match_predictions(items, predictions)
+    with_calls = bool(pairs) and all(isinstance(p.get("calls"), list) and p["calls"] for _, p in pairs)
+    flags: dict[str, list[bool | None]] = defaultdict(list)
+    for item, p in pairs:
         if "consistent" in p:
-            flags[item.group].append(bool(p["consistent"]))
-    groups = group_accuracies(decisions_group)
-    sources = group_accuracies(decisions_source)
-    agree = sum(g.agree for g in groups.values())
-    decided = agree + sum(g.reject for g in groups.values())
-    present = [groups[g].accuracy for g in GROUPS if g in groups and groups[g].accuracy is not None]
-    metrics: dict[str, Any] = {
-        "overall_accuracy": agree / decided if decided else None,
-        "macro_accuracy": sum(present) / len(present) if present else None,
-        "n": len(predictions),
-        "decided": decided,
-        "unparsed": len(predictions) - decided,
-        "no_majority": no_majority,
-    }
-    for group in GROUPS:
-        metrics[f"accuracy_{group}"] = groups[group].accuracy if group in groups else None
-        metrics[f"n_{group}"] = (
-            (groups[group].agree + groups[group].reject + groups[group].undecided) if group in groups else 0
+            flags[item.group].append(p["consistent"])
+    extra: dict[str, Any] = {}
+    if with_calls:
+        calls = min(len(p["calls"]) for _, p in pairs)
+        if reading == "cal.py":
+            k = headline_k or default_headline_k(calls)
+            if k not in CALPY_KS or k > calls:
+                raise InputError(f"headline k={k}: cal.py reports k in {CALPY_KS}; this run has {calls} calls per item")
+            flat = [
+                (item.extra.get("calpy_key", item.id), item.group, item.source, outcome)
+                for item, p in pairs
+                for outcome in _call_outcomes(p)
+            ]
+            by_k = calpy_units(flat, [x for x in CALPY_KS if x <= calls])
+            units = by_k[k]
+            for x, xs in by_k.items():
+                m = unit_metrics(xs, tuple(SOURCES), resamples=0)
+                extra[f"overall_accuracy_k{x}"], extra[f"macro_accuracy_k{x}"] = (
+                    m["overall_accuracy"],
+                    m["macro_accuracy"],
+                )
+            extra["headline_k"] = k
+        else:
+            units = [Unit(item.group, item.source, item_outcome(_call_outcomes(p))) for item, p in pairs]
+            extra["headline_k"] = calls
+        all_calls = unit_metrics(
+            [Unit(item.group, item.source, item_outcome(_call_outcomes(p))) for item, p in pairs], (), resamples=0
         )
-    for source in SOURCES:
-        if source in sources:
-            metrics[f"accuracy_{source}"] = sources[source].accuracy
-    if flags:
-        metrics["consistency"] = sum(sum(f) for f in flags.values()) / len(predictions)
-        metrics.update({f"consistency_{g}": sum(f) / len(f) for g, f in flags.items()})
-    metrics.update(_by_k(items, predictions))
+        extra["all_calls_overall_accuracy"] = all_calls["overall_accuracy"]
+        extra["all_calls_macro_accuracy"] = all_calls["macro_accuracy"]
+        extra["calls_per_item"] = calls
+        extra["llm_parsed_calls"] = sum(bool(c.get("llm_outcome")) for _, p in pairs for c in p["calls"])
+    else:
+        units = []
+        for item, p in pairs:
+            pred = p.get("pred")
+            if pred is not None and pred not in (0, 1):
+                raise InputError(f"prediction for {item.id}: field 'pred' must be 0, 1 or null, got {pred!r}")
+            outcome = "doesntMatch" if pred is None else ("agree" if pred == item.preferred else "reject")
+            units.append(Unit(item.group, item.source, "other" if p.get("status") == "other" else outcome))
+    metrics: dict[str, Any] = {"reading": reading if with_calls else "decisions", "n": len(pairs)}
+    metrics.update(unit_metrics(units, tuple(SOURCES), seed=seed, resamples=resamples))
+    metrics.update(extra)
+    metrics.update(consistency_metrics(flags))
     return metrics
-
-
-def _by_k(items: Sequence[PairItem], predictions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Official-mode runs also report the first k calls of each item, k in 1, 3, 5, 7, 9, as `cal.py` does."""
-    calls = [p.get("calls") for p in predictions]
-    if not predictions or not all(isinstance(c, list) and c for c in calls):
-        return {}
-    by_id = {item.id: item for item in items}
-    out: dict[str, Any] = {}
-    for k in (1, 3, 5, 7, 9):
-        if k >= min(len(c) for c in calls):
-            break
-        rows = []
-        for p, c in zip(predictions, calls):
-            status = item_outcome([call["outcome"] for call in c[:k]])
-            preferred = by_id[str(p["id"])].preferred
-            rows.append({"id": p["id"], "pred": {"agree": preferred, "reject": 1 - preferred}.get(status)})
-        metrics = score(items, rows)
-        out[f"overall_accuracy_k{k}"] = metrics["overall_accuracy"]
-        out[f"macro_accuracy_k{k}"] = metrics["macro_accuracy"]
-    return out
 
 
 def score_decisions(ids: Sequence[str], predictions: Sequence[int | None], references: Sequence[int]) -> dict[str, Any]:
     """`score` from plain lists (what the `evaluate` module gets); a prediction of None or -1 is unparsed."""
-    items = [
-        PairItem(id=str(i), query="", responses=["", ""], image=None, preferred=int(ref), group="", source="")
-        for i, ref in zip(ids, references)
-    ]
-    for item in items:
-        item.source = source_of_id(item.id)
-        item.group = group_of_source(item.source)
+    items = []
+    for i, ref in zip(ids, references):
+        source = source_of_id(str(i))
+        items.append(
+            PairItem(
+                id=str(i),
+                query="",
+                responses=["", ""],
+                image=None,
+                preferred=int(ref),
+                group=group_of_source(source),
+                source=source,
+                extra={"id": str(i)},
+            )
+        )
+    _unique_ids(items)
     rows = [{"id": str(i), "pred": None if p is None or p < 0 else int(p)} for i, p in zip(ids, predictions)]
     return score(items, rows)
 
 
-def protocol(mode: str, config: VLRBConfig | None = None, *, orders: int = 2) -> str:
+def protocol(mode: str, config: VLRBConfig | None = None, *, orders: int = 2, reading: str = "cal.py") -> str:
     """One line saying how a number was made, for the report."""
     if mode == "official":
         config = config or VLRBConfig()
+        how = (
+            "cal.py's reading: its random.seed(1234) shuffle of the calls, each item decided by the majority of "
+            "its first k shuffled calls (headline k below)"
+            if reading == "cal.py"
+            else "all-calls reading: each item decided by the majority of all its calls"
+        )
         return (
             f"official (VL-RewardBench inference_hf.py + cal.py): official pairwise prompt, k={config.k} calls per "
             f"item each with a random display order, temperature {config.temperature}, top_p {config.top_p}, "
-            "official regex, per-item majority; doesntMatch/no-majority items left out of the denominators."
+            f"official regex; {how}; doesntMatch/no-majority items left out of the denominators."
         )
     if mode == "mc":
         return (
@@ -425,3 +561,53 @@ BENCHMARK = PairwiseBenchmark(
     sources=tuple(SOURCES),
     references=REFERENCE_ROWS,
 )
+
+
+# -- a model-based answer reader (optional) ----------------------------------------------------------------
+
+LLM_PARSE_PROMPT = """
+You are given a pairwise judgement for two responses. Please return the better response according to the judgement.
+Return the Answer X ONLY. e.g., Answer 1 or Answer 2.
+
+Judgement: {judgement}
+"""
+"""`cal.py`'s `PARSE_PROMPT` (the same text as lmms-eval's `LLM_PARSE_ANSWER_PROMPT`), verbatim."""
+
+
+def read_llm_answer(text: str) -> int | None:
+    """`cal.py`'s reading of the parser model's reply: "answer 1" anywhere wins, then "answer 2".
+
+    >>> read_llm_answer("Answer 2"), read_llm_answer("answer 1."), read_llm_answer("neither")
+    (2, 1, None)
+    """
+    lowered = text.lower()
+    if "answer 1" in lowered:
+        return 1
+    if "answer 2" in lowered:
+        return 2
+    return None
+
+
+def llm_parse_rows(backend: Backend, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ask a model which answer each regex-missed call chose (`cal.py`'s `use_llm_parse`, lmms-eval's
+    fallback): text only, temperature 0, 32 tokens. Each such call gains `llm_answer` and `llm_outcome`
+    (None when the reply names no answer); calls already read are not asked again."""
+    todo = [
+        (row, j)
+        for row in rows
+        for j, call in enumerate(row.get("calls") or [])
+        if call["outcome"] == "doesntMatch" and "llm_answer" not in call
+    ]
+    if not todo:
+        return rows
+    requests = [
+        ChatRequest(messages=[{"role": "user", "content": LLM_PARSE_PROMPT.format(judgement=row["raw"][j])}])
+        for row, j in todo
+    ]
+    generations = backend.generate(requests, SamplingParams(max_new_tokens=32, temperature=0.0))
+    for (row, j), generation in zip(todo, generations):
+        call = row["calls"][j]
+        answer = read_llm_answer(generation.text)
+        call["llm_answer"] = answer
+        call["llm_outcome"] = None if answer is None else call_outcome(answer, call["display"], row["preferred"])
+    return rows

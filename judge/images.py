@@ -14,14 +14,37 @@ from typing import Any
 
 from PIL import Image
 
-__all__ = ["ImageLoadError", "fit_pixels", "fitted_size", "image_to_data_url", "load_image"]
+__all__ = [
+    "IMAGE_FORMATS",
+    "ImageLoadError",
+    "UnsupportedImageFormat",
+    "decode_fitted",
+    "fit_pixels",
+    "fitted_size",
+    "image_to_data_url",
+    "load_image",
+    "open_header",
+]
 
 # Qwen2.5-VL's patch (14) times its spatial merge (2): the processor's resized sides are multiples of this.
 QWEN_FACTOR = 28
 
 
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
+"""Formats taken from the network: what photos and screenshots come in. Pillow knows ~40 more (EPS runs
+Ghostscript, TIFF and ICO carry many sub-formats); each is decoder code a client could aim at."""
+
+
 class ImageLoadError(ValueError):
     """An image reference that cannot be decoded; the message says which one and why."""
+
+
+class UnsupportedImageFormat(ImageLoadError):
+    """Bytes Pillow recognises as an image format outside the allow-list."""
+
+    def __init__(self, fmt: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(f"{fmt} images are not accepted; send one of {', '.join(allowed)}")
+        self.format = fmt
 
 
 def _open(data: bytes, what: str) -> Image.Image:
@@ -118,3 +141,75 @@ def fit_pixels(
         return image
     size = fitted_size(image.width, image.height, min_pixels=min_pixels, max_pixels=max_pixels, factor=factor)
     return image.resize(size, Image.Resampling.BICUBIC)
+
+
+def _sniff(prefix: bytes) -> str | None:
+    """The Pillow format whose magic `prefix` carries, by the plugins' own cheap `accept` checks (no decoding)."""
+    Image.init()
+    for fmt, (_, accept) in Image.OPEN.items():
+        try:
+            if accept is not None and accept(prefix):
+                return fmt
+        except Exception:  # noqa: BLE001, S112 - a plugin's check failing means "not this format"
+            continue
+    return None
+
+
+def open_header(data: bytes, formats: tuple[str, ...] = IMAGE_FORMATS) -> Image.Image:
+    """`data` opened lazily (header only, nothing decoded) by the plugins of `formats` alone.
+
+    Raises:
+        UnsupportedImageFormat: a format Pillow knows but `formats` leaves out (its decoder never runs).
+        ImageLoadError: not an image at all, or a header that cannot be read.
+        Image.DecompressionBombError: Pillow's own header-time guard.
+    """
+    try:
+        image = Image.open(io.BytesIO(data), formats=list(formats))
+    except Image.DecompressionBombError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types; all mean "not an allowed image"
+        other = _sniff(data[:64])
+        if other is not None and other not in formats:
+            raise UnsupportedImageFormat(other, formats) from None
+        raise ImageLoadError(f"not a decodable image ({type(exc).__name__})") from None
+    fmt = "JPEG" if image.format == "MPO" else image.format  # multi-picture JPEG: its first picture
+    if fmt not in formats:
+        raise UnsupportedImageFormat(str(image.format), formats)
+    return image
+
+
+# Modes Pillow resamples directly (and `reduce`s with a box filter first, so a large image costs little).
+_RESAMPLED_MODES = ("RGB", "RGBA", "L", "LA", "CMYK", "RGBX")
+
+
+def decode_fitted(image: Image.Image, *, max_pixels: int | None) -> Image.Image:
+    """An opened (header-only) image decoded and shrunk to Qwen's size under `max_pixels`, as RGB.
+
+    The full-size picture is never converted to RGB: JPEGs are decoded at a reduced scale (`Image.draft`,
+    1/2 to 1/8 in the decoder itself), other formats in their own mode (1 byte a pixel for palette and
+    grey images) and shrunk before the RGB conversion. GIFs and animated WEBPs give their first frame.
+
+    >>> import io
+    >>> buffer = io.BytesIO(); Image.new("RGB", (1600, 1200), "red").save(buffer, "JPEG")
+    >>> decode_fitted(open_header(buffer.getvalue()), max_pixels=200_704).size
+    (504, 364)
+    """
+    width, height = image.size
+    if max_pixels is None or width * height <= max_pixels:
+        image.load()
+        return image if image.mode == "RGB" else image.convert("RGB")
+    try:
+        target = fitted_size(width, height, max_pixels=max_pixels)
+    except ValueError as exc:  # Qwen's rule refuses aspect ratios above 200
+        raise ImageLoadError(f"cannot fit a {width}x{height} image to {max_pixels} pixels ({exc})") from None
+    if image.format in ("JPEG", "MPO"):
+        image.draft("RGB", target)  # the decoder scales by 1/2^k, staying at or above `target`
+    image.load()
+    if image.mode == "1":
+        image = image.convert("L")  # 1 byte a pixel, as the decoded 1-bit image already is
+    if image.mode in _RESAMPLED_MODES:
+        small = image.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
+    else:  # palette and 16-bit images resample only by nearest neighbour: step down to 2x, then smooth
+        double = (min(width, 2 * target[0]), min(height, 2 * target[1]))
+        small = image.resize(double, Image.Resampling.NEAREST).convert("RGB").resize(target, Image.Resampling.BICUBIC)
+    return small if small.mode == "RGB" else small.convert("RGB")

@@ -1,11 +1,106 @@
-"""Load a judge model and its processor from a folder or hub id, VLM or text-only alike."""
+"""Load a judge model and its processor from a folder or hub id, VLM or text-only alike.
+
+A PEFT adapter folder (what `use_lora=true` training writes: `adapter_config.json` and adapter weights, no
+`config.json`) loads too: its base comes from the adapter's `base_model_name_or_path` (or an explicit
+`base=`), and the adapter is merged into the base's weights in memory, so every command that takes a
+model takes an adapter folder the same way (`judge.adapters.merge` writes such a merge to disk).
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["LoadedModel", "default_device", "load_model", "load_processor"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "AdapterSource",
+    "LoadedModel",
+    "default_device",
+    "load_adapter_onto",
+    "load_base_config",
+    "load_model",
+    "load_processor",
+    "merge_adapter_into",
+    "processor_folder",
+    "resolve_adapter",
+]
+
+ADAPTER_CONFIG = "adapter_config.json"
+BASE_FIX = (
+    "pass the base explicitly (`--base DIR_OR_HUB_ID` on the command line, `base_model_name_or_path=…` in a "
+    "training config), or set `base_model_name_or_path` in {config} to where the base is now"
+)
+
+
+@dataclass(frozen=True)
+class AdapterSource:
+    """A PEFT adapter folder and the base model it applies to."""
+
+    adapter: str
+    base: str
+    config: dict[str, Any]
+    """The adapter's `adapter_config.json`."""
+
+
+def _looks_local(name: str) -> bool:
+    """True for a string that can only be a filesystem path (a hub id is `org/name` or `name`)."""
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _checked_base(base: str, where: str, config_path: Path) -> str:
+    if Path(base).expanduser().is_dir():
+        return str(Path(base).expanduser().resolve())
+    if _looks_local(base):
+        raise ValueError(
+            f"{where} is {base!r}, which is not a folder here (relative paths count from the current directory, "
+            f"{os.getcwd()}): the base moved, or the adapter was written on another machine; "
+            + BASE_FIX.format(config=config_path)
+        )
+    return base  # a hub id: `from_pretrained` fetches or finds it in the cache
+
+
+def resolve_adapter(path: str, base: str | None = None) -> AdapterSource | None:
+    """The adapter and its base when `path` is a PEFT adapter folder; None for a model folder or hub id.
+
+    Args:
+        path: what the user named as the model.
+        base: the base to use instead of the adapter's `base_model_name_or_path`.
+
+    Raises:
+        ValueError: naming `base_model_name_or_path` (or `base`) and the fix, when the base is missing or
+            names a folder that does not exist; or when `base` is given for something that is not an adapter.
+    """
+    folder = Path(path).expanduser()
+    config_path = folder / ADAPTER_CONFIG
+    if not config_path.is_file() or (folder / "config.json").is_file():
+        if base is not None:
+            raise ValueError(
+                f"a base ({base!r}) was given but {path!r} is not a PEFT adapter folder (no {ADAPTER_CONFIG}); "
+                "drop the base, or name the adapter folder as the model"
+            )
+        return None
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{config_path} is not readable JSON ({exc}); re-save the adapter") from exc
+    if base is not None:
+        return AdapterSource(str(folder.resolve()), _checked_base(base, "the base given", config_path), config)
+    named = config.get("base_model_name_or_path")
+    if not named:
+        raise ValueError(
+            f"{config_path} has no base_model_name_or_path, so the base model is unknown: "
+            + BASE_FIX.format(config=config_path)
+        )
+    where = f"base_model_name_or_path in {config_path}"
+    return AdapterSource(str(folder.resolve()), _checked_base(str(named), where, config_path), config)
+
+
+def processor_folder(source: AdapterSource) -> str:
+    """Where an adapter's processor comes from: the adapter folder when training saved one there, else the base."""
+    return source.adapter if (Path(source.adapter) / "tokenizer_config.json").is_file() else source.base
 
 
 @dataclass
@@ -14,6 +109,8 @@ class LoadedModel:
     processor: Any
     """A multimodal processor for VLMs, the tokenizer for text-only models."""
     is_vlm: bool
+    adapter: AdapterSource | None = None
+    """The PEFT adapter merged into `model`, when the model was named by its adapter folder."""
 
     @property
     def tokenizer(self) -> Any:
@@ -30,20 +127,22 @@ def _is_vlm_config(config: Any) -> bool:
     return getattr(config, "vision_config", None) is not None
 
 
-def load_processor(path: str, *, is_vlm: bool | None = None) -> Any:
+def load_processor(path: str, *, is_vlm: bool | None = None, config_path: str | None = None) -> Any:
     """`AutoProcessor.from_pretrained`, checked: a VLM gets a real processor, never a bare tokenizer.
 
     transformers falls back to the tokenizer, silently, when a processor class cannot be built (on CPU
     machines, usually a Qwen2.5-VL video processor without torchvision). We then build the image-only
-    Qwen2.5-VL processor from the same files, and fail with a clear message otherwise.
+    Qwen2.5-VL processor from the same files, and fail with a clear message otherwise. `config_path` is the
+    folder whose `config.json` describes the model, when `path` holds processor files only (an adapter's).
     """
     from transformers import AutoConfig, AutoProcessor, AutoTokenizer
     from transformers.processing_utils import ProcessorMixin
 
     import judge.hf_compat  # noqa: F401 - registers the image-only Qwen2.5-VL processor
 
+    config_path = config_path or path
     if is_vlm is None:
-        is_vlm = _is_vlm_config(AutoConfig.from_pretrained(path))
+        is_vlm = _is_vlm_config(AutoConfig.from_pretrained(config_path))
     if not is_vlm:
         return AutoTokenizer.from_pretrained(path)
     try:
@@ -52,7 +151,7 @@ def load_processor(path: str, *, is_vlm: bool | None = None) -> Any:
         processor = None
     if isinstance(processor, ProcessorMixin) and getattr(processor, "image_processor", None) is not None:
         return processor
-    config = AutoConfig.from_pretrained(path)
+    config = AutoConfig.from_pretrained(config_path)
     if config.model_type == "qwen2_5_vl":
         return judge.hf_compat.ImageOnlyQwen2_5_VLProcessor.from_pretrained(path)
     raise RuntimeError(
@@ -62,13 +161,16 @@ def load_processor(path: str, *, is_vlm: bool | None = None) -> Any:
     )
 
 
-def load_model(path: str, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
+def load_model(
+    path: str, *, device: str | None = None, dtype: str | None = None, base: str | None = None
+) -> LoadedModel:
     """Load a Qwen2.5-VL-style judge (`AutoModelForImageTextToText`) or a causal LM, in eval mode.
 
     Args:
-        path: local folder or hub id.
+        path: local folder or hub id, or a PEFT adapter folder (merged into its base here).
         device: "cpu", "cuda", "cuda:1", …; default: CUDA when available.
         dtype: "float32", "bfloat16", "float16"; default bfloat16 on CUDA, float32 on CPU.
+        base: an adapter's base model, instead of its `adapter_config.json`'s `base_model_name_or_path`.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
@@ -80,8 +182,45 @@ def load_model(path: str, *, device: str | None = None, dtype: str | None = None
         torch_dtype = getattr(torch, dtype, None)
         if not isinstance(torch_dtype, torch.dtype):
             raise ValueError(f"dtype must be a torch dtype name such as 'bfloat16', got {dtype!r}")
-    config = AutoConfig.from_pretrained(path)
+    source = resolve_adapter(path, base)
+    weights = source.base if source else path
+    config = load_base_config(source) if source else AutoConfig.from_pretrained(path)
     is_vlm = _is_vlm_config(config)
     auto = AutoModelForImageTextToText if is_vlm else AutoModelForCausalLM
-    model = auto.from_pretrained(path, dtype=torch_dtype).to(device).eval()
-    return LoadedModel(model=model, processor=load_processor(path, is_vlm=is_vlm), is_vlm=is_vlm)
+    model = auto.from_pretrained(weights, dtype=torch_dtype)
+    if source is None:
+        return LoadedModel(model.to(device).eval(), load_processor(path, is_vlm=is_vlm), is_vlm)
+    # Merged once here: inference then runs on plain weights, as fast as the base, and a PEFT wrapper never
+    # meets the backends' own adapter slots (which treat "no adapter" as "adapters off").
+    model = merge_adapter_into(model, source).to(device).eval()
+    processor = load_processor(processor_folder(source), is_vlm=is_vlm, config_path=source.base)
+    return LoadedModel(model, processor, is_vlm, adapter=source)
+
+
+def load_base_config(source: AdapterSource) -> Any:
+    """The base's `config.json`; a base that will not load is reported as the adapter's problem, with the fix."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source.base)
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"cannot load the base {source.base!r} of the adapter {source.adapter} ({exc}); "
+            + BASE_FIX.format(config=Path(source.adapter) / ADAPTER_CONFIG)
+        ) from exc
+
+
+def load_adapter_onto(model: Any, source: AdapterSource, *, trainable: bool = False) -> Any:
+    """`model` (the base) wrapped by PEFT with the adapter at `source` (`is_trainable` to keep training it)."""
+    from peft import PeftModel
+
+    wrapped = PeftModel.from_pretrained(model, source.adapter, is_trainable=trainable)
+    # Outputs saved from here name the base this run really used (an override, or the absolute folder).
+    for peft_config in wrapped.peft_config.values():
+        peft_config.base_model_name_or_path = source.base
+    return wrapped
+
+
+def merge_adapter_into(model: Any, source: AdapterSource) -> Any:
+    """The base `model` with the adapter at `source` merged into its weights (PEFT's `merge_and_unload`)."""
+    return load_adapter_onto(model, source).merge_and_unload()

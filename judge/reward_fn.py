@@ -12,12 +12,16 @@ One call (`prompts`, `completions`, plus the dataset's columns as keyword lists,
    for one prompt form one group. The prompt text is a string prompt, or the text of the user turns of a
    conversational one; images come from the dataset's `images` / `image` column (or, failing that, from
    image parts inside the prompt messages); the reference from `reference_column` when given.
-2. **Plan.** A group is judged in `mode` (`listwise`: all completions as one multiple-choice question;
-   `pairwise`: each against the reference; `tournament`), with two automatic changes:
-   - a group larger than `max_options` in listwise mode becomes a knock-out tournament (the judge shows
-     at most `max_options` candidates at once; knock-out costs G - 1 pairwise games, round-robin G(G - 1)/2);
+2. **Plan.** Grouping and planning are the shared planner's (`judge.rewarding.group_samples`, the same
+   rules as the server and the verl / OpenRLHF integrations). A group is judged in `mode` (`listwise`: all
+   completions as one multiple-choice question; `pairwise`: each against the reference; `tournament`),
+   with two automatic changes:
+   - a group larger than `max_options` in listwise mode becomes a `tournament` (default knock-out; the judge
+     shows at most `max_options` candidates at once; knock-out costs G - 1 pairwise games, round-robin
+     G(G - 1)/2);
    - a group of one completion cannot be ranked: it is judged pairwise against its reference when there
      is one, and gets `None` otherwise (likewise any group in pairwise mode whose reference is missing).
+   A verdict the judge could not parse gives `None` too (counted in `judge/unscored_frac`), never 1/k.
 3. **Judge.** Over HTTP, one `POST /v1/reward` per group, all groups concurrently (`max_concurrency` in
    flight, images as PNG data URLs); in process, all groups in one `judge.rewarding.compute_rewards`
    batch (the same engine the server runs).
@@ -58,7 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from judge.rewarding import MODES, RewardRequest, RewardResult, compute_rewards
+from judge.rewarding import MODES, RewardGroup, RewardRequest, RewardResult, compute_rewards, group_samples, scatter
 
 __all__ = [
     "API_KEY_ENV",
@@ -164,18 +168,6 @@ def reward_endpoint(server_url: str) -> str:
 
 
 @dataclass
-class _Group:
-    """The completions of one prompt, and how they are judged (`request` is None: cannot be ranked)."""
-
-    prompt: str
-    images: list[Any]
-    reference: str | None
-    indices: list[int] = field(default_factory=list)
-    responses: list[str] = field(default_factory=list)
-    request: RewardRequest | None = None
-
-
-@dataclass
 class _Call:
     """What happened in one reward call, for `log_metric` and `totals`."""
 
@@ -227,6 +219,8 @@ class JudgeRewardFunction:
         max_options: the judge's option limit; larger listwise groups become knock-out tournaments. Keep it
             at most the server's `max_candidates`.
         max_concurrency: HTTP requests in flight at once.
+        send_image_paths: send string image references (paths) to the server as they are, to be read under
+            its `--allow-local-images` folder, instead of reading and encoding them here.
         name: TRL logs the reward as `rewards/<name>/mean` and the counters as `<name>/…`.
     """
 
@@ -250,6 +244,7 @@ class JudgeRewardFunction:
         backend: str | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
         image_root: str | None = None,
+        send_image_paths: bool = False,
         name: str = "judge",
     ) -> None:
         if (server_url is None) == (judge is None):
@@ -279,6 +274,7 @@ class JudgeRewardFunction:
         self.max_options, self.max_concurrency = max_options, max_concurrency
         self.judge_config, self.backend, self.backend_kwargs = judge_config, backend, dict(backend_kwargs or {})
         self.image_root = image_root
+        self.send_image_paths = send_image_paths
         self.__name__ = name  # TRL names the reward's logs after it
         self.totals = {"calls": 0, "groups": 0, "failed_groups": 0, "failed": 0, "unscored": 0, "retries": 0}
         """Running counts over this object's life (completions for `failed` / `unscored`)."""
@@ -361,51 +357,43 @@ class JudgeRewardFunction:
             raise ValueError(f"column {name!r} has {len(values)} values for {n} completions")
         return values
 
-    def _group(self, prompts: Sequence[Any], completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[_Group]:
+    def _group(
+        self, prompts: Sequence[Any], completions: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> list[RewardGroup]:
+        """Read TRL's arguments into samples and hand them to the shared planner (`group_samples`)."""
         n = len(completions)
         if len(prompts) != n:
             raise ValueError(f"got {len(prompts)} prompts for {n} completions; TRL passes one prompt per completion")
         references = self._column(kwargs, self.reference_column, n)
         image_columns = [c for c in (self._column(kwargs, name, n) for name in self.image_columns) if c is not None]
-        groups: dict[tuple[Any, ...], _Group] = {}
-        for i, (prompt, completion) in enumerate(zip(prompts, completions)):
+        images: list[list[Any]] = []
+        for i, prompt in enumerate(prompts):
             if image_columns:
                 value = image_columns[0][i]
-                images = [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+                images.append([] if value is None else list(value) if isinstance(value, (list, tuple)) else [value])
             else:
-                images = _prompt_images(prompt)
-            reference = None if references is None or references[i] is None else str(references[i])
-            text = prompt_text(prompt)
-            key = (text, tuple(_image_digest(im) for im in images), reference)
-            group = groups.setdefault(key, _Group(text, images, reference))
-            group.indices.append(i)
-            group.responses.append(completion_text(completion))
-        for key, group in groups.items():
-            group.request = self._plan(group, hashlib.sha1(repr(key).encode()).hexdigest()[:16])
-        return list(groups.values())
-
-    def _plan(self, group: _Group, request_id: str) -> RewardRequest | None:
-        """How a group is judged; `None` when it cannot be (one completion, or pairwise, without a reference)."""
-        n = len(group.responses)
-        common = dict(prompt=group.prompt, responses=group.responses, images=group.images, id=request_id)
-        if self.mode == "pairwise" or n == 1:
-            if group.reference is None:
-                return None
-            return RewardRequest(**common, reference=group.reference, mode="pairwise")
-        if self.mode == "listwise" and n > self.max_options:
-            return RewardRequest(**common, mode="tournament", tournament="knockout")
-        return RewardRequest(**common, mode=self.mode, tournament=self.tournament)
+                images.append(_prompt_images(prompt))
+        return group_samples(
+            [prompt_text(p) for p in prompts],
+            [completion_text(c) for c in completions],
+            images=images,
+            image_keys=[tuple(_image_digest(im) for im in own) for own in images],
+            references=None if references is None else [None if r is None else str(r) for r in references],
+            mode=self.mode,
+            tournament=self.tournament,
+            max_options=self.max_options,
+        )
 
     def _finish(
         self,
         n: int,
-        groups: list[_Group],
+        groups: list[RewardGroup],
         results: list[list[float | None] | None],
         call: _Call,
         start: float,
         log_metric: Callable[[str, float], None] | None,
     ) -> list[float | None]:
-        rewards: list[float | None] = [None] * n
+        rewards = scatter(n, groups, results)
         failed_groups = failed = unscored = 0
         for group, result in zip(groups, results):
             if group.request is None:
@@ -414,8 +402,7 @@ class JudgeRewardFunction:
                 failed_groups += 1
                 failed += len(group.indices)
             else:
-                for i, r in zip(group.indices, result):
-                    rewards[i] = r
+                unscored += sum(r is None for r in result)  # verdicts the judge did not give
         if failed_groups:
             logger.warning(
                 "%s: %d of %d groups failed (%d retries in this call, last error: %s); their %d completions get "
@@ -425,8 +412,9 @@ class JudgeRewardFunction:
         if unscored and "unscored" not in self._warned:
             self._warned.add("unscored")
             logger.warning(
-                "%s: %d completions got reward None: a lone completion (or pairwise mode) needs a reference; "
-                "set reference_column, or sample num_generations >= 2 per prompt",
+                "%s: %d completions got reward None (unscored): a lone completion (or pairwise mode) needs a "
+                "reference (set reference_column, or sample num_generations >= 2 per prompt), or the judge's "
+                "verdict did not parse",
                 self.__name__, unscored,
             )  # fmt: skip
         for key, value in (
@@ -470,7 +458,7 @@ class JudgeRewardFunction:
         with self._lock:
             return compute_rewards(self._judge_object(), requests, max_options=self.max_options)
 
-    def _judge_in_process(self, groups: list[_Group], call: _Call) -> list[list[float | None] | None]:
+    def _judge_in_process(self, groups: list[RewardGroup], call: _Call) -> list[list[float | None] | None]:
         """All groups in one batch; if that fails for good, group by group, so one bad group sinks only itself."""
         todo = [g for g in groups if g.request is not None]
         requests = [g.request for g in todo]
@@ -531,9 +519,10 @@ class JudgeRewardFunction:
     def _payload(self, request: RewardRequest) -> dict[str, Any]:
         from judge.images import image_to_data_url, load_image
 
+        # The image-encoding spot: data URLs (and, with send_image_paths, any string) go as they are.
         images = [
             ref
-            if isinstance(ref, str) and ref.startswith("data:")
+            if isinstance(ref, str) and (ref.startswith("data:") or self.send_image_paths)
             else image_to_data_url(load_image(ref, self.image_root))
             for ref in request.images
         ]
@@ -544,13 +533,14 @@ class JudgeRewardFunction:
             "reference": request.reference,
             "mode": request.mode,
             "tournament": request.tournament,
+            "id": request.id,
         }
 
-    async def _judge_over_http(self, groups: list[_Group], call: _Call) -> list[list[float | None] | None]:
+    async def _judge_over_http(self, groups: list[RewardGroup], call: _Call) -> list[list[float | None] | None]:
         client = self._http_client()
         gate = asyncio.Semaphore(self.max_concurrency)
 
-        async def one(group: _Group) -> list[float | None] | None:
+        async def one(group: RewardGroup) -> list[float | None] | None:
             if group.request is None:
                 return None
             try:

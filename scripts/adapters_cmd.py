@@ -1,4 +1,4 @@
-"""`mrjudge adapters`: list, inspect, promote, roll back and collect LoRA adapter revisions.
+"""`mrjudge adapters`: list, inspect, promote, roll back and collect LoRA adapter revisions; merge one.
 
     mrjudge adapters --store runs/adapters list                 # every policy, its revisions and aliases
     mrjudge adapters --store runs/adapters show judge@prod      # one revision's metadata (JSON)
@@ -7,6 +7,8 @@
     mrjudge adapters --store runs/adapters gc --keep-last 3 --dry-run
     mrjudge adapters --store runs/adapters import judge out/checkpoint-200 --base Qwen/Qwen2.5-VL-7B-Instruct
     mrjudge adapters fingerprint Qwen/Qwen2.5-VL-7B-Instruct    # for `mrjudge serve --base-fingerprint`
+    mrjudge adapters merge runs/judge-sft-lora --out runs/judge-sft-merged   # a full model folder
+    mrjudge adapters --store runs/adapters merge judge@prod --out runs/judge-prod-merged --base runs/tiny-judge
 
 The store may also come from `$MRJUDGE_ADAPTER_STORE`. A server started with `--adapter-store` sees a
 promotion or a rollback on its next request; requests already in flight finish on their revision.
@@ -27,7 +29,7 @@ STORE_ENV = "MRJUDGE_ADAPTER_STORE"
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "adapters",
-        help="LoRA adapter revisions: list, show, promote, rollback, gc, import, fingerprint",
+        help="LoRA adapter revisions: list, show, promote, rollback, gc, import, fingerprint, merge",
         description="Manage the adapter store that training writes and `mrjudge serve --adapter-store` reads.",
     )
     parser.add_argument("--store", default=os.environ.get(STORE_ENV), help=f"store folder (default: ${STORE_ENV})")
@@ -55,6 +57,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     imported.add_argument("--step", type=int)
     fingerprint = actions.add_parser("fingerprint", help="print a base model's fingerprint")
     fingerprint.add_argument("model", help="model folder or hub id")
+    merge = actions.add_parser(
+        "merge",
+        help="merge an adapter into its base: a full model folder (weights, config, processor, chat template)",
+        description="Write ADAPTER merged into its base (PEFT merge_and_unload) as a model folder that every "
+        "command and vLLM load. The base is the adapter_config.json's base_model_name_or_path unless --base.",
+    )
+    merge.add_argument("adapter", help="adapter folder (a use_lora run's output_dir or checkpoint), or policy@alias")
+    merge.add_argument("--out", required=True, help="folder to create (must not exist)")
+    merge.add_argument("--base", help="base model folder or hub id (default: the adapter's base_model_name_or_path)")
+    merge.add_argument("--device", default="cpu", help="where to merge: cpu (default), cuda, cuda:1 …")
+    merge.add_argument("--dtype", help="weights dtype of the result (default: the base's, e.g. bfloat16)")
     parser.set_defaults(run=run)
 
 
@@ -74,12 +87,41 @@ def _row(revision: Any, aliases: dict[str, str]) -> str:
     return f"  {revision.id}  step {step:<6} {size:8.2f} MiB  {created}  [{names}]  {metrics}"
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from judge.adapters import AdapterStore, AdapterStoreError
+    from judge.adapters.merge import merge_adapter
+
+    adapter = args.adapter
+    if not Path(adapter).is_dir() and "@" in adapter and args.store:
+        try:
+            adapter = str(AdapterStore(args.store).resolve(adapter).path)
+        except AdapterStoreError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    elif not Path(adapter).is_dir():
+        print(
+            f"error: {adapter} is not a folder (a store revision needs --store DIR and policy@alias)", file=sys.stderr
+        )
+        return 2
+    try:
+        out = merge_adapter(adapter, args.out, base=args.base, device=args.device, dtype=args.dtype)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"merged {adapter} into {out}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from judge.adapters import AdapterStore, AdapterStoreError
 
     if args.action == "fingerprint":
         print(_fingerprint(args.model))
         return 0
+    if args.action == "merge":
+        return _merge(args)
     if not args.store:
         print(f"error: give --store DIR or set ${STORE_ENV}", file=sys.stderr)
         return 2

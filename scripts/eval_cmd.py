@@ -22,6 +22,7 @@ from typing import Any
 
 from scripts.engine_flags import add_engine_flags
 from scripts.judge_cmd import judge_config_from
+from scripts.model_flags import add_base_flag, base_options
 
 
 def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> None:
@@ -30,6 +31,7 @@ def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> N
         model_help += "; leave out with --predictions"
     parser.add_argument("--model", required=not predictions, help=model_help)
     parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
+    add_base_flag(parser)
     parser.add_argument("--out", required=True, type=Path, help="run directory (metrics.json, predictions.jsonl, …)")
     parser.add_argument("--limit", type=int, help="only the first N items")
     parser.add_argument("--seed", type=int, default=0, help="seeds display orders, sampling and coin flips")
@@ -65,6 +67,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     vlrb.add_argument("--k", type=int, default=10, help="official mode: calls per item, majority-voted (default 10)")
     vlrb.add_argument("--top-p", type=float, help="official mode: top_p (default 0.2)")
     vlrb.add_argument("--predictions", type=Path, help='score this JSONL ({"id", "pred"}) instead of running a model')
+    # -- issue 25: which copy of the data, which reading of the calls, a model-based answer reader --
+    vlrb.add_argument("--revision", help="hub data: the dataset commit or branch to load (recorded in metrics.json)")
+    vlrb.add_argument("--image-folder", type=Path, help="GitHub data.jsonl: folder image_path is relative to")
+    vlrb.add_argument(
+        "--reading",
+        choices=("cal.py", "all-calls"),
+        default="cal.py",
+        help="official mode: cal.py = its seeded shuffle and first k calls (default); all-calls = majority of all",
+    )
+    vlrb.add_argument("--headline-k", type=int, help="cal.py reading: k of 1,3,5,7,9 (default: largest <= --k)")
+    vlrb.add_argument(
+        "--llm-parse", metavar="URL", help="official mode: /v1 server that reads regex-missed replies (key: --api-key)"
+    )
+    vlrb.add_argument("--llm-parse-model", help="model name at --llm-parse (default: the first served)")
     _add_judge_flags(vlrb, predictions=True)
     vlrb.set_defaults(run=run_pairwise_cli)
 
@@ -98,6 +114,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     mmvet.add_argument("--grader-url", required=True, help="OpenAI-compatible endpoint of the grader (…/v1)")
     mmvet.add_argument("--grader-model", help="grader model name (official: gpt-4-0613; default: the first served)")
     mmvet.add_argument("--grader-api-key", help="default: $MRJUDGE_API_KEY or $OPENAI_API_KEY")
+    # -- issue 25: repeated gradings (mean and std), as the MM-Vet paper's 5 runs --
+    mmvet.add_argument("--num-runs", type=int, default=1, help="gradings of every candidate; mean and std (paper: 5)")
     _add_judge_flags(mmvet, predictions=False)
     mmvet.set_defaults(run=run_mmvet_cli)
 
@@ -121,6 +139,11 @@ def judge_model_spec(args: argparse.Namespace, model: str | None = None) -> Any:
         options["device"] = args.device
     if args.api_key and model is None:
         options["api_key"] = args.api_key
+    if model is None:
+        try:
+            options.update(base_options(args, args.model, args.backend))
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from exc
     return ModelSpec(model or args.model, None if model else args.backend, options)
 
 
@@ -151,7 +174,9 @@ def _load_pairwise(args: argparse.Namespace) -> tuple[Any, list[Any]]:
         if args.benchmark == "vl-rewardbench":
             from eval import vl_rewardbench as bench
 
-            items = bench.load_vl_rewardbench(args.data, limit=args.limit)
+            items = bench.load_vl_rewardbench(
+                args.data, limit=args.limit, revision=args.revision, image_folder=args.image_folder
+            )
         else:
             from eval import multimodal_rewardbench as bench
 
@@ -169,16 +194,18 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
 
     bench, items = _load_pairwise(args)
     engine = engine_from(args)
-    spec = bench.BENCHMARK
+    spec, after = _scoring(args, bench)
     vlrb = args.benchmark == "vl-rewardbench"
     if args.predictions is not None:
         try:
             rows = read_decisions(args.predictions)
-            metrics = spec.score(items, rows)
+            rows = after(rows) if after else rows
+            metrics = spec.score(items, rows) | items.provenance
         except InputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        report_pairwise(spec, metrics, args.out, judge_name=args.predictions.name, protocol=bench.protocol("file"))
+        kind = "file" if not any("calls" in r for r in rows) else f"file with official calls, {args.reading} reading"
+        report_pairwise(spec, metrics, args.out, judge_name=args.predictions.name, protocol=bench.protocol(kind))
     elif args.model is None:
         print("error: give --model to run a judge, or --predictions to score a file", file=sys.stderr)
         return 2
@@ -216,12 +243,35 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
             official_work(bench.official_predict, model, config),
             batch_size=args.batch_size,
             judge_name=args.model,
-            protocol=bench.protocol("official", config),
+            protocol=bench.protocol("official", config, **({"reading": args.reading} if vlrb else {})),
             show_progress=not args.quiet,
             engine=engine,
+            after=after,
         )
     _print_headline(spec.title, metrics, args.out)
     return 0
+
+
+def _scoring(args: argparse.Namespace, bench: Any) -> tuple[Any, Any]:
+    """The benchmark with this run's scoring options (reading, headline k, bootstrap seed), and the
+    `--llm-parse` reader to apply to finished rows (None without the flag)."""
+    import dataclasses
+    from functools import partial
+
+    if args.benchmark != "vl-rewardbench":
+        return dataclasses.replace(bench.BENCHMARK, score=partial(bench.score, seed=args.seed)), None
+    from eval.vlrb_readings import CALPY_KS
+
+    if args.headline_k is not None and (args.headline_k not in CALPY_KS or args.headline_k > args.k):
+        raise SystemExit(f"error: --headline-k {args.headline_k}: cal.py reports k in {CALPY_KS}, at most --k {args.k}")
+    score = partial(bench.score, reading=args.reading, headline_k=args.headline_k, seed=args.seed)
+    after = None
+    if args.llm_parse:
+        from judge.backends.openai_http import OpenAIBackend
+
+        reader = OpenAIBackend(args.llm_parse, model_name=args.llm_parse_model, api_key=args.api_key)
+        after = partial(bench.llm_parse_rows, reader)
+    return dataclasses.replace(bench.BENCHMARK, score=score), after
 
 
 def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
@@ -276,6 +326,8 @@ def run_mmvet_cli(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             show_progress=not args.quiet,
             engine=engine,
+            num_runs=args.num_runs,
+            data_source=str(args.data),
         )
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ from typing import Any
 
 from judge.jobs import JudgeRunSummary
 from scripts.engine_flags import add_engine_flags, engine_from
+from scripts.model_flags import add_base_flag, base_options
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -37,6 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--output", required=True, type=Path, help="verdicts, JSONL")
     parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
+    add_base_flag(parser)
     parser.add_argument("--config", type=Path, help="YAML file with JudgeConfig fields; flags below override it")
     parser.add_argument(
         "--orders", type=int, help="display orders per item (default 2: both orders for two candidates)"
@@ -105,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
         backend_kwargs["device"] = args.device
     if args.api_key:
         backend_kwargs["api_key"] = args.api_key
+    try:
+        backend_kwargs.update(base_options(args, args.model, args.backend))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     spec = ModelSpec(args.model, args.backend, backend_kwargs)
     if engine.name == "local":  # on Ray the actors load it; here a bad --model fails before any work
         try:

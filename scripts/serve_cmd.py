@@ -1,9 +1,12 @@
 """`mrjudge serve`: the judge as an HTTP reward model (FastAPI + uvicorn) over any backend.
 
     mrjudge serve --model runs/judge                                   # 127.0.0.1:8000, no key
-    mrjudge serve --model runs/judge --host 0.0.0.0 --api-key "$KEY"   # or MRJUDGE_SERVER_API_KEY=...
+    MRJUDGE_SERVER_API_KEY=... mrjudge serve --model runs/judge --host 0.0.0.0   # or --api-key-file FILE
     mrjudge serve --model http://127.0.0.1:8001/v1 --server-config serve.yaml --max-batch-items 64
     mrjudge serve --model runs/tiny-judge --adapter-store runs/adapters   # requests name "model": "judge@prod"
+    mrjudge serve --model runs/judge --group-size 4 --allow-local-images data/   # OpenRLHF, 4 samples a prompt
+
+On start it prints the lines to paste into a TRL script, a verl config and an OpenRLHF command.
     curl -s 127.0.0.1:8000/v1/reward -H 'Content-Type: application/json' \
         -d '{"prompt": "2+2?", "responses": ["4", "5"]}'
 
@@ -16,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 from scripts.judge_cmd import judge_config_from
+from scripts.model_flags import add_base_flag, base_options
 
 SERVER_FLAGS_DEST = "server_"
 
@@ -43,12 +47,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--model", required=True, help="model folder or hub id, or an OpenAI-compatible server URL (http://…/v1)"
     )
     parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
+    add_base_flag(parser)
     parser.add_argument("--server-config", type=Path, help="YAML file with ServerConfig fields; flags override it")
     parser.add_argument(
         "--no-batching", action="store_true", help="judge one request at a time (same as --max-batch-items 1)"
     )
     server = parser.add_argument_group("server (ServerConfig fields)")
     for f in _server_fields():
+        if isinstance(f.default, bool):
+            server.add_argument(
+                f"--{f.name.replace('_', '-')}",
+                dest=SERVER_FLAGS_DEST + f.name,
+                action="store_const",
+                const=True,
+                help=f.metadata.get("help", ""),
+            )
+            continue
         kind = type(f.default) if f.default is not None else str
         server.add_argument(
             f"--{f.name.replace('_', '-')}",
@@ -84,28 +98,34 @@ def server_config_from(args: argparse.Namespace) -> Any:
     if args.no_batching:
         overrides["max_batch_items"] = 1
     try:
-        if "api_key" not in config_values(ServerConfig, args.server_config, overrides) and os.environ.get(API_KEY_ENV):
+        given = config_values(ServerConfig, args.server_config, overrides)
+        if given.get("api_key") is None and given.get("api_key_file") is None and os.environ.get(API_KEY_ENV):
             overrides["api_key"] = os.environ[API_KEY_ENV]
         return config_from_yaml(ServerConfig, args.server_config, overrides)
     except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from exc
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from judge.backends import make_backend
     from judge.judging import Judge
     from judge.server import create_app
+    from judge.server.config import API_KEY_ENV, is_loopback
+    from judge.server.run import run_server
 
-    server_config = server_config_from(args)
+    server_config = server_config_from(args)  # refuses a network address without a key, before any loading
+    if getattr(args, SERVER_FLAGS_DEST + "api_key", None):
+        print(
+            f"warning: --api-key is visible to every user of this machine (`ps`); use ${API_KEY_ENV} or "
+            "--api-key-file FILE",
+            file=sys.stderr,
+        )
+    if server_config.api_key is None and not is_loopback(server_config.host):
+        print(
+            f"WARNING: --allow-unauthenticated: serving {server_config.host}:{server_config.port} WITHOUT an API "
+            "key; anyone who can reach the port can use the judge",
+            file=sys.stderr,
+        )
     judge_config = judge_config_from(args)
     if args.batch_size is None:
         # One server batch should be one backend call; the judge's default (8 items) would split it.
@@ -119,22 +139,71 @@ def run(args: argparse.Namespace) -> int:
     if backend == "openai" and args.backend_api_key:
         backend_kwargs["api_key"] = args.backend_api_key
     try:
+        backend_kwargs.update(base_options(args, args.model, backend))
         engine = make_backend(args.model, backend, **backend_kwargs)
     except (ImportError, OSError, ValueError) as exc:
         print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
         return 2
-    if not _is_loopback(server_config.host) and server_config.api_key is None:
-        print(
-            f"warning: serving on {server_config.host} without an API key; anyone who can reach the port can use "
-            "the judge (set --api-key or $MRJUDGE_SERVER_API_KEY)",
-            file=sys.stderr,
-        )
     app = create_app(Judge(engine, judge_config), server_config)
-    uvicorn.run(
-        app,
-        host=server_config.host,
-        port=server_config.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=int(server_config.request_timeout_s) + 5,
-    )
+    try:  # bind first, so the usage lines name the port really bound (--port 0 picks a free one)
+        sock = _bind(server_config.host, server_config.port)
+    except OSError as exc:
+        print(f"error: cannot listen on {server_config.host}:{server_config.port}: {exc}", file=sys.stderr)
+        return 2
+    url = _client_url(server_config.host, sock.getsockname()[1])
+    print(reward_usage(url, keyed=server_config.api_key is not None, group_size=server_config.group_size), flush=True)
+    run_server(app, server_config, log_level=args.log_level, sock=sock)
     return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _client_url(host: str, port: int) -> str:
+    """The address clients should use: a wildcard bind is reached through this machine's name."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def reward_usage(url: str, *, keyed: bool, group_size: int) -> str:
+    """The lines to paste into a TRL script, a verl config and an OpenRLHF command for this server.
+
+    >>> print(reward_usage("http://127.0.0.1:8000", keyed=False, group_size=4).splitlines()[0])
+    mr-judge reward server on http://127.0.0.1:8000 (no API key)
+    """
+    import judge.integrations
+
+    folder = Path(judge.integrations.__file__).resolve().parent
+    key_line = "export MRJUDGE_SERVER_API_KEY=<the key this server was started with>" if keyed else ""
+    env = f"export MRJUDGE_REWARD_URL={url}" + (f"; {key_line}" if keyed else "")
+    n = max(group_size, 2)
+    lines = [
+        f"mr-judge reward server on {url} ({'API key required' if keyed else 'no API key'})",
+        "Use it as the reward in",
+        "  TRL (Python):",
+        "    from judge.reward_fn import AsyncJudgeRewardFunction",
+        f'    reward = AsyncJudgeRewardFunction(server_url="{url}")'
+        + ("  # key from $MRJUDGE_SERVER_API_KEY" if keyed else ""),
+        "  verl (environment, then config overrides for verl.trainer.main_ppo):",
+        f"    {env}",
+        f"    custom_reward_function.path={folder / 'verl.py'} "
+        "custom_reward_function.name=compute_score_batch reward_model.reward_manager=batch",
+        "  OpenRLHF (environment, then flags for openrlhf.cli.train_ppo_ray):",
+        f"    {env}",
+        f"    --reward.remote_url {folder / 'openrlhf.py'} --rollout.n_samples_per_prompt {n}",
+    ]
+    if group_size < 2:
+        lines.append(
+            f"    (and restart this server with --group-size {n}: OpenRLHF sends one sample per request, and the "
+            "server groups a prompt's samples only when it knows how many to wait for)"
+        )
+    if not keyed:
+        lines.append(f"    or, without the .py file: --reward.remote_url {url}/get_reward")
+    return "\n".join(lines)

@@ -29,6 +29,30 @@ def _model_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     )
 
 
+def _source_args(parser: argparse.ArgumentParser) -> None:
+    """How an SFT source is read (`data_synthesis.sources.write_records`' options)."""
+    from data_synthesis.sources import DEFAULT_MAX_BAD_FRACTION
+
+    parser.add_argument("--split", default="train", help="split of a DatasetDict or hub dataset (default train)")
+    parser.add_argument("--dataset-config", help="hub dataset: its config (subset) name, as load_dataset's `name`")
+    parser.add_argument("--revision", help="hub dataset: branch, tag or commit to read (pin it for reproducible runs)")
+    parser.add_argument("--limit", type=int, help="read at most this many source rows")
+    for name in ("id", "image", "question", "answer"):
+        parser.add_argument(f"--{name}-field", help=f"column holding the {name} (default: the usual spellings)")
+    parser.add_argument("--image-root", type=Path, help="folder that relative image paths are resolved against")
+    parser.add_argument(
+        "--source-name", help="the records' `source` and derived-id prefix (default: file/dataset name)"
+    )
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=DEFAULT_MAX_BAD_FRACTION,
+        help="skip bad rows (listed in records.summary.json) up to this share of the rows read; above it, "
+        f"write nothing and exit 2 (default {DEFAULT_MAX_BAD_FRACTION})",
+    )
+    parser.add_argument("--image-workers", type=int, help="threads decoding images (default: one per core, <= 16)")
+
+
 def _job_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", type=Path, required=True, help="folder holding the previous stage's output")
     parser.add_argument("--out", type=Path, required=True, help="output folder (may be the same as --input)")
@@ -62,15 +86,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_world)
 
     p = stages.add_parser(
-        "records", help="normalise an SFT source (JSONL, Parquet, LLaVA JSON, HF dataset) into records.jsonl"
+        "records",
+        help="normalise an SFT source (JSONL, Parquet, LLaVA JSON, TRL VLM set, HF dataset) into records.jsonl",
     )
     p.add_argument("--source", required=True, help="file, folder, or Hugging Face dataset id")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--split", default="train")
-    p.add_argument("--limit", type=int, help="read at most this many source rows")
-    for name in ("id", "image", "question", "answer"):
-        p.add_argument(f"--{name}-field", help=f"column holding the {name} (default: the usual spellings)")
-    p.add_argument("--image-root", type=Path, help="folder that relative image paths are resolved against")
+    _source_args(p)
     p.set_defaults(run=run_records)
 
     p = stages.add_parser("negatives", help="write flawed-but-plausible negative answers (reverse candidate synthesis)")
@@ -92,6 +113,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _job_args(p)
     p.add_argument("--describer", choices=("model", "scene"), default="scene")
     _model_args(p)
+    p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per description")
     p.set_defaults(run=run_describe)
 
     p = stages.add_parser("assemble", help="build balanced MC items and train/val splits (judge RL data)")
@@ -164,10 +186,22 @@ def run_records(args: argparse.Namespace) -> int:
     from data_synthesis.sources import FieldMap, write_records
 
     fields = FieldMap(id=args.id_field, image=args.image_field, question=args.question_field, answer=args.answer_field)
-    path, count = write_records(
-        args.source, args.out, split=args.split, limit=args.limit, fields=fields, image_root=args.image_root
+    path, summary = write_records(
+        args.source,
+        args.out,
+        split=args.split,
+        dataset_config=args.dataset_config,
+        revision=args.revision,
+        limit=args.limit,
+        fields=fields,
+        image_root=args.image_root,
+        source_name=args.source_name,
+        max_bad_fraction=args.max_bad_fraction,
+        image_workers=args.image_workers,
     )
-    print(f"wrote {count} records to {path}")
+    skipped = len(summary["skipped"])
+    note = f"; skipped {skipped} bad row(s), listed in {path.parent / 'records.summary.json'}" if skipped else ""
+    print(f"wrote {summary['records']} records from {summary['rows']} rows to {path}{note}")
     return 0
 
 
@@ -202,6 +236,7 @@ def run_describe(args: argparse.Namespace) -> int:
         args.out,
         describer=args.describer,
         model=_spec(args.model, args.backend),
+        max_new_tokens=args.max_new_tokens,
         shard=Shard.parse(args.shard),
         batch_size=args.batch_size,
         engine=engine_from(args),

@@ -59,11 +59,21 @@ SKIP: list[tuple[str, str]] = [
     (r"accelerate launch .*", "multi-GPU training"),
     (r"ray start .*", "starts a node of a Ray cluster; tests/ray run on a local Ray instead"),
     (
+        r"(MRJUDGE_\w+=\S+ )+python -m (verl\.trainer\.main_ppo|openrlhf\.cli\.train_ppo_ray) .*",
+        "trains a policy with verl / OpenRLHF on GPUs; tests/judge/test_integrations.py loads their reward files",
+    ),
+    (
         r"mrjudge synth all --config configs/synth_world\.yaml --engine ray",
         "tests/ray/test_synthesis.py runs it on a local Ray and compares every file with the local run",
     ),
     (r"mrjudge train (sft|grpo|policy) .*", "training takes minutes on a CPU; tests/training covers the recipes"),
     (r"mrjudge synth (records|negatives|describe|assemble|distill|world) .*", "on your own data and model servers"),
+    (
+        r"mrjudge synth all --config configs/synth_qwen2_5_vl\.yaml",
+        "needs the two vllm serve servers; tests/data_synthesis/test_real_sources.py runs synth all on a source",
+    ),
+    (r"(CUDA_VISIBLE_DEVICES=\S+ )?vllm serve .*", "a vLLM server: GPUs and a model download"),
+    (r"mrjudge adapters merge .*", "needs the adapter of a LoRA training run"),
     (r"mrjudge eval .*", "needs a trained judge and the benchmark's data (VL-RewardBench, MM-Vet, MMRB)"),
     (r"mrjudge adapters --store \S+ (promote|rollback|gc|show|import) .*", "needs revisions from a LoRA run"),
     (r"mrjudge judge .*", "needs a trained judge or a model server"),

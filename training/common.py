@@ -7,6 +7,7 @@ as documented there and the help text of each field is its documentation.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
@@ -40,7 +41,18 @@ class JudgeModelArguments:
 
     # Model
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Judge to train: a folder or hub id (e.g. Qwen/Qwen2.5-VL-7B-Instruct)."}
+        default=None,
+        metadata={
+            "help": "Judge to train: a folder or hub id (e.g. Qwen/Qwen2.5-VL-7B-Instruct), or a LoRA adapter "
+            "folder from an earlier use_lora run (see use_lora for what happens to it)."
+        },
+    )
+    base_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "When model_name_or_path is an adapter folder: its base model, instead of the one its "
+            "adapter_config.json names (for a base that moved or was written on another machine)."
+        },
     )
     freeze_vision: bool = field(
         default=False, metadata={"help": "Keep the vision tower fixed (train the language side only)."}
@@ -53,7 +65,15 @@ class JudgeModelArguments:
         },
     )
     # LoRA (PEFT)
-    use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters instead of all weights."})
+    use_lora: bool = field(
+        default=False,
+        metadata={
+            "help": "Train LoRA adapters instead of all weights. Starting from an adapter folder, true keeps "
+            "training that adapter (its own rank, alpha and targets; the lora_* fields are not used) and false "
+            "merges it into the base and trains all weights. For a new LoRA over the merged model, run "
+            "`mrjudge adapters merge ADAPTER --out DIR` and start from DIR."
+        },
+    )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank; higher fits more and costs more memory."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (alpha / r scales the update)."})
     lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
@@ -76,6 +96,13 @@ class JudgeModelArguments:
         default=None, metadata={"help": "Training data from `mrjudge synth` (sft/train.jsonl or rl/train.jsonl)."}
     )
     eval_file: str | None = field(default=None, metadata={"help": "Optional validation data in the same format."})
+    keep_text_only_rows: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep text-only rows of a data file that also has images (default: drop them, with their count "
+            "in the log; under DeepSpeed ZeRO-3 a batch without images on one rank hangs training)."
+        },
+    )
     resume: bool = field(
         default=False,
         metadata={"help": "Resume from the last checkpoint in output_dir (optimizer and RNG state included)."},
@@ -137,19 +164,41 @@ def prepare_model(
     *initial* weights. `from_pretrained` applies the renaming. LoRA checkpoints hold adapters only and
     are restored by the trainer.
 
+    A LoRA adapter folder as `model_name_or_path` loads over its base: with `use_lora` as the trainable
+    PEFT model itself (the trainer keeps training it; TRL's GRPO then takes a frozen copy of it as the KL
+    reference), without it merged into the base for full fine-tuning.
+
     Returns (model, processor, peft_config or None) — the trainer applies the PEFT config itself.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from judge.models import load_processor
+    from judge.models import (
+        load_adapter_onto,
+        load_base_config,
+        load_processor,
+        merge_adapter_into,
+        processor_folder,
+        resolve_adapter,
+    )
 
-    path = args.model_name_or_path
-    is_vlm = getattr(AutoConfig.from_pretrained(path), "vision_config", None) is not None
+    source = resolve_adapter(args.model_name_or_path, args.base_model_name_or_path)
+    # A local base is loaded by its absolute path, which PEFT writes into every adapter this run saves
+    # (`base_model_name_or_path`), so the next command finds the base from any working directory.
+    path = source.base if source else _absolute_if_local(args.model_name_or_path)
+    config = load_base_config(source) if source else AutoConfig.from_pretrained(path)
+    is_vlm = getattr(config, "vision_config", None) is not None
     auto = AutoModelForImageTextToText if is_vlm else AutoModelForCausalLM
     weights = checkpoint if checkpoint and not args.use_lora else path
     model = auto.from_pretrained(weights, dtype=dtype or torch.float32)
-    processor = load_processor(path, is_vlm=is_vlm)
+    processor = load_processor(processor_folder(source) if source else path, is_vlm=is_vlm, config_path=path)
+    if source is not None and args.use_lora:
+        _warn_unused_lora_fields(args, source.config)
+        model = load_adapter_onto(model, source, trainable=True)
+        return model, processor, None  # already PEFT-wrapped: the trainer must not add a second adapter
+    if source is not None and weights == path:  # a full fine-tuning checkpoint already holds the merged weights
+        _check_mergeable_here(source)
+        model = merge_adapter_into(model, source)
     if args.freeze_vision and is_vlm:
         visual = getattr(model, "visual", None) or model.model.visual
         for param in visual.parameters():
@@ -167,6 +216,39 @@ def prepare_model(
             task_type="CAUSAL_LM",
         )
     return model, processor, peft_config
+
+
+def _absolute_if_local(path: str) -> str:
+    return str(Path(path).expanduser().resolve()) if Path(path).expanduser().is_dir() else path
+
+
+def _check_mergeable_here(source: Any) -> None:
+    """A merge needs whole weights; under DeepSpeed ZeRO-3 each rank holds a shard from the moment they load."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        raise ValueError(
+            f"model_name_or_path is the adapter {source.adapter} and use_lora=false asks to merge it, but under "
+            "DeepSpeed ZeRO-3 the base loads sharded and cannot be merged in place: run `mrjudge adapters merge "
+            f"{source.adapter} --out DIR` once and set model_name_or_path=DIR, or continue the adapter (use_lora=true)"
+        )
+
+
+def _warn_unused_lora_fields(args: JudgeModelArguments, adapter_config: dict[str, Any]) -> None:
+    import warnings
+
+    defaults = {f.name: f.default for f in dataclasses.fields(JudgeModelArguments)}
+    changed = [
+        f"{name}={getattr(args, name)} (the adapter's is {adapter_config.get(key)})"
+        for name, key in (("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"))
+        if getattr(args, name) != defaults[name] and getattr(args, name) != adapter_config.get(key)
+    ]
+    if changed:
+        warnings.warn(
+            f"continuing the adapter {args.model_name_or_path} with its own settings; not used: {', '.join(changed)}. "
+            "Merge it first (`mrjudge adapters merge`) to train a new LoRA with these settings.",
+            stacklevel=3,
+        )
 
 
 def _is_vision(name: str) -> bool:

@@ -5,6 +5,16 @@
 
 The data are `rl/train.jsonl` items from `mrjudge synth assemble`; the reward is
 `training.rewards.JudgeReward`: 0.9 · correct + 0.1 · well-formed, 0 past the length budget.
+
+From a LoRA warm-up SFT, either continue its adapter or start from the merged judge (docs/lora-handoff.md):
+
+    mrjudge train grpo --config configs/judge_grpo_tiny.yaml model_name_or_path=runs/judge-sft-lora use_lora=true
+    mrjudge adapters merge runs/judge-sft-lora --out runs/judge-sft-merged
+    mrjudge train grpo --config configs/judge_grpo_tiny.yaml model_name_or_path=runs/judge-sft-merged
+
+Continuing trains the SFT adapter itself (its rank and targets; with beta > 0 TRL keeps a frozen copy of it
+as the KL reference) and writes an adapter; the merged start trains all weights, or a new LoRA with
+use_lora=true whose base is the merged folder.
 """
 
 from __future__ import annotations
@@ -77,8 +87,9 @@ def build_grpo_trainer(
     # TRL left-pads prompt ids and re-encodes the images with the processor's own padding: the two must
     # agree, or Qwen2.5-VL's mm_token_type_ids land beside the image tokens and the rotary index fails.
     getattr(processor, "tokenizer", processor).padding_side = "left"
-    train = load_grpo_dataset(config.train_file, config.prompt_config())
-    evaluation = load_grpo_dataset(config.eval_file, config.prompt_config()) if config.eval_file else None
+    prompt, keep = config.prompt_config(), config.keep_text_only_rows
+    train = load_grpo_dataset(config.train_file, prompt, keep_text_only=keep)
+    evaluation = load_grpo_dataset(config.eval_file, prompt, keep_text_only=keep) if config.eval_file else None
     return with_vision_learning_rate(GRPOTrainer, config)(
         model=model,
         args=config,

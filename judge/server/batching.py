@@ -2,13 +2,18 @@
 
 The judge is not thread-safe, so exactly one worker runs it: an asyncio task that takes the first waiting
 job, waits up to `max_wait_ms` for more to join (until the batch holds `max_batch_items` MC items), and
-runs the whole batch in a single-thread executor so the event loop keeps answering HTTP meanwhile.
+runs the whole batch in a worker thread so the event loop keeps answering HTTP meanwhile.
 `max_batch_items=1` turns batching off: one request per batch, no waiting.
+
+Cancellation: `run_batch(payloads, stop)` gets a `threading.Event` that is set once every job of the batch
+has been given up (its client timed out or went away, or the server is stopping); the judge checks it
+between backend calls (`BatchStopped`), so abandoned work ends at the next chunk boundary. The thread is a
+daemon, so a backend call that never returns cannot hold the process past its shutdown grace.
 
     batcher = Batcher(run_batch, max_batch_items=32, max_wait_ms=10, max_queue=256)
     await batcher.start()
     done = await batcher.submit(payload, cost=2, timeout_s=60)   # Done(result, queue_ms, judge_ms)
-    await batcher.stop()                                         # finishes every queued job first
+    await batcher.stop(timeout_s=2)       # finishes queued jobs for up to 2 s, then cancels the rest
 
 If a merged batch fails, each job is re-run alone so one bad request cannot fail its neighbours; a job's
 exception is raised in its own `submit` call. The worker never dies of a job's exception.
@@ -19,13 +24,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Batcher", "Done", "JobTimeout", "QueueFull", "ShuttingDown"]
+__all__ = ["BatchStopped", "Batcher", "Done", "JobTimeout", "QueueFull", "ShuttingDown"]
 
 
 class QueueFull(RuntimeError):
@@ -42,6 +47,33 @@ class ShuttingDown(RuntimeError):
 
 class JobTimeout(TimeoutError):
     """The job was not finished within its timeout (waiting plus judging)."""
+
+
+class BatchStopped(RuntimeError):
+    """Raised inside `run_batch` (by the judge's backend guard) once nobody is waiting for the batch."""
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    """`fn(*args)` on a fresh daemon thread, as a future of the running loop (a lost loop is ignored)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def target() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop closed while this ran (the server exited): nobody to tell
+            pass
+
+    threading.Thread(target=target, name="mrjudge-judge", daemon=True).start()
+    return future
 
 
 @dataclass
@@ -64,15 +96,17 @@ class _Job:
 
 
 class Batcher:
-    """One worker that runs `run_batch(payloads) -> results` (same length, same order) on merged jobs.
+    """One worker that runs `run_batch(payloads, stop) -> results` (same length, same order) on merged jobs.
 
     Args:
-        run_batch: judges a list of payloads in one go; called in the worker thread, never concurrently.
+        run_batch: judges a list of payloads in one go; called in a worker thread, never concurrently;
+            should give up (raise `BatchStopped`) between chunks of work once `stop` is set.
         max_batch_items: a batch is closed when adding the next job would exceed this many MC items
             (a single job larger than that still runs, alone).
         max_wait_ms: how long the first job of a batch waits for company.
         max_queue: jobs allowed to wait; `submit` raises `QueueFull` beyond.
         on_batch: called with (requests, items) for every batch that runs (metrics).
+        on_stopped: called once for every batch stopped early because all its jobs were given up.
     """
 
     def __init__(
@@ -83,38 +117,56 @@ class Batcher:
         max_wait_ms: float,
         max_queue: int,
         on_batch: Callable[[int, int], None] | None = None,
+        on_stopped: Callable[[], None] | None = None,
     ) -> None:
         self.run_batch = run_batch
         self.max_batch_items = max_batch_items
         self.max_wait_s = max_wait_ms / 1000
         self.max_queue = max_queue
         self.on_batch = on_batch
+        self.on_stopped = on_stopped
         self._queue: collections.deque[_Job] = collections.deque()
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._executor: ThreadPoolExecutor | None = None
         self._closing = False
         self._mean_batch_s = 0.0
+        self._running_since: float | None = None
+        self._running_stop: threading.Event | None = None
 
     @property
     def depth(self) -> int:
         """Jobs waiting (not counting the batch being judged)."""
         return len(self._queue)
 
+    @property
+    def running_for_s(self) -> float:
+        """How long the batch being judged has been running (0 when the worker is idle)."""
+        return 0.0 if self._running_since is None else time.perf_counter() - self._running_since
+
     async def start(self) -> None:
         self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrjudge-judge")
         self._task = asyncio.create_task(self._work(), name="mrjudge-batcher")
 
-    async def stop(self) -> None:
-        """Refuse new jobs, finish the queued ones, then stop the worker and its thread."""
+    async def stop(self, timeout_s: float | None = None) -> None:
+        """Refuse new jobs and finish the queued ones; after `timeout_s` (None: no limit) give up: waiting
+        jobs get `ShuttingDown`, the running batch is told to stop, and the worker is not waited for."""
         self._closing = True
         if self._wakeup is not None:
             self._wakeup.set()
-        if self._task is not None:
-            await self._task
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        if self._task is None:
+            return
+        done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
+        if done:
+            return
+        while self._queue:
+            job = self._queue.popleft()
+            if not job.future.done():
+                job.future.set_exception(ShuttingDown("the server stopped before this request was judged"))
+        if self._running_stop is not None:
+            self._running_stop.set()
+        done, _ = await asyncio.wait({self._task}, timeout=min(0.5, timeout_s or 0.5))
+        if not done:
+            self._task.cancel()  # the judge thread is a daemon: it ends with its chunk or with the process
 
     async def submit(self, payload: Any, cost: int, timeout_s: float) -> Done:
         """Queue one job and wait for it.
@@ -193,19 +245,30 @@ class Batcher:
         live = [job for job in batch if not job.future.done()]
         if not live:
             return
-        assert self._executor is not None
         items = sum(job.cost for job in live)
         if self.on_batch is not None:
             self.on_batch(len(live), items)
+        stop = threading.Event()
+
+        def given_up(_: asyncio.Future) -> None:
+            if all(job.future.done() for job in live):
+                stop.set()  # nobody waits for this batch any more
+
+        for job in live:
+            job.future.add_done_callback(given_up)
         start = time.perf_counter()
+        self._running_since, self._running_stop = start, stop
         try:
-            outcomes = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._run_isolated, [job.payload for job in live]
-            )
+            outcomes = await _in_daemon_thread(self._run_isolated, [job.payload for job in live], stop)
         except BaseException as exc:  # noqa: BLE001 - the worker must survive anything but its own cancellation
             if isinstance(exc, asyncio.CancelledError):
+                stop.set()
                 raise
             outcomes = [exc] * len(live)
+        finally:
+            self._running_since, self._running_stop = None, None
+        if any(isinstance(outcome, BatchStopped) for outcome in outcomes) and self.on_stopped is not None:
+            self.on_stopped()
         elapsed = time.perf_counter() - start
         self._mean_batch_s = elapsed if not self._mean_batch_s else 0.8 * self._mean_batch_s + 0.2 * elapsed
         for job, outcome in zip(live, outcomes):
@@ -217,20 +280,21 @@ class Batcher:
                 queue_ms = 1000 * (start - job.enqueued)
                 job.future.set_result(Done(outcome, queue_ms, 1000 * elapsed, len(live), items))
 
-    def _run_isolated(self, payloads: list[Any]) -> list[Any]:
-        """`run_batch` on the whole batch; if it raises, on each payload alone (outcome or exception each)."""
+    def _run_isolated(self, payloads: list[Any], stop: threading.Event) -> list[Any]:
+        """`run_batch` on the whole batch; if it raises, on each payload alone (outcome or exception each).
+        A stopped batch is not re-run: nobody is waiting for it."""
         try:
-            results = list(self.run_batch(payloads))
+            results = list(self.run_batch(payloads, stop))
             if len(results) != len(payloads):
                 raise RuntimeError(f"run_batch returned {len(results)} results for {len(payloads)} jobs")
             return results
         except Exception as exc:  # noqa: BLE001
-            if len(payloads) == 1:
-                return [exc]
+            if len(payloads) == 1 or isinstance(exc, BatchStopped) or stop.is_set():
+                return [exc] * len(payloads)
         outcomes: list[Any] = []
         for payload in payloads:
             try:
-                outcomes.append(self.run_batch([payload])[0])
+                outcomes.append(self.run_batch([payload], stop)[0])
             except Exception as exc:  # noqa: BLE001
                 outcomes.append(exc)
         return outcomes

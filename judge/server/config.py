@@ -6,13 +6,23 @@ config = config_from_yaml(ServerConfig, "configs/serve.yaml", {"port": 9000})
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["API_KEY_ENV", "ServerConfig"]
+__all__ = ["API_KEY_ENV", "ServerConfig", "is_loopback"]
 
 API_KEY_ENV = "MRJUDGE_SERVER_API_KEY"
 """Environment variable the API key is read from when no `--api-key` is given."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` only listens to this machine (127.0.0.0/8, ::1, localhost)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 @dataclass
@@ -24,7 +34,17 @@ class ServerConfig:
     port: int = field(default=8000, metadata={"help": "TCP port"})
     api_key: str | None = field(
         default=None,
-        metadata={"help": f"if set, all endpoints but /health need `Authorization: Bearer KEY` (env ${API_KEY_ENV})"},
+        metadata={
+            "help": f"if set, all endpoints but /health need `Authorization: Bearer KEY`; prefer ${API_KEY_ENV} or "
+            "api_key_file (a flag's value shows in `ps`)"
+        },
+    )
+    api_key_file: str | None = field(
+        default=None, metadata={"help": "file holding the API key (surrounding whitespace dropped)"}
+    )
+    allow_unauthenticated: bool = field(
+        default=False,
+        metadata={"help": "serve a non-loopback host without an API key (refused otherwise): anyone can use the judge"},
     )
 
     # Dynamic batching
@@ -38,10 +58,30 @@ class ServerConfig:
     max_queue: int = field(
         default=256, metadata={"help": "requests waiting for the judge; more are answered 503 with Retry-After"}
     )
-    request_timeout_s: float = field(default=120.0, metadata={"help": "queue wait + judging per request; then 504"})
+    request_timeout_s: float = field(
+        default=120.0,
+        metadata={"help": "queue wait + judging per request; then 504 and its remaining work is cancelled"},
+    )
+    shutdown_grace_s: float = field(
+        default=25.0,
+        metadata={
+            "help": "on SIGTERM, in-flight requests get this long (less 2 s for cancelling) before the rest is "
+            "cancelled; the process is gone within it (fits Kubernetes' default 30 s)"
+        },
+    )
+    body_timeout_s: float = field(
+        default=30.0, metadata={"help": "time to receive a whole request body; then 408 (slow-body clients)"}
+    )
 
     # Input limits (each violation is a 4xx naming the field)
     max_body_bytes: int = field(default=32 * 2**20, metadata={"help": "request body size (413 above)"})
+    max_json_values: int = field(
+        default=1_000_000,
+        metadata={
+            "help": "commas and colons in a body, an upper bound on its JSON values, counted before parsing (413 "
+            "above): Python's parser holds the GIL, ~1 s for 3 million tiny values; text's own commas count too"
+        },
+    )
     max_image_bytes: int = field(default=8 * 2**20, metadata={"help": "encoded size of one image (413 above)"})
     max_image_pixels: int = field(
         default=16_000_000, metadata={"help": "width × height of one image, read from its header before decoding"}
@@ -54,9 +94,41 @@ class ServerConfig:
     max_responses: int = field(default=64, metadata={"help": "responses per /v1/reward request"})
     max_text_chars: int = field(default=32_000, metadata={"help": "characters per prompt, question or answer"})
     max_items: int = field(default=512, metadata={"help": "items per /v1/judge request, queries per /get_reward"})
+    max_request_items: int = field(
+        default=2048,
+        metadata={
+            "help": "judge work per request, in the MC items its reward plan expands to (a round-robin of G "
+            "responses is G(G-1)/2); 413 above, before any decoding or queueing"
+        },
+    )
+    max_request_pixels: int = field(
+        default=100_000_000,
+        metadata={"help": "width × height summed over a request's distinct images, read from headers (413 above)"},
+    )
+    max_pixels: int = field(
+        default=1_003_520,
+        metadata={
+            "help": "images are shrunk to this area as they are decoded when the judge config sets no max_pixels "
+            "(its own wins); 1280 × 28 × 28, the Qwen2.5-VL README's example setting"
+        },
+    )
     allow_local_images: str | None = field(
         default=None,
         metadata={"help": "folder whose image files clients may name by path; None refuses every file path"},
+    )
+
+    # Reward groups for OpenRLHF, which posts one sample per /get_reward request
+    group_size: int = field(
+        default=1,
+        metadata={
+            "help": "/get_reward holds samples with the same prompt, images and label until this many have "
+            "arrived, then judges them as one group (set it to OpenRLHF's --rollout.n_samples_per_prompt); "
+            "1 judges each request on its own"
+        },
+    )
+    group_wait_s: float = field(
+        default=60.0,
+        metadata={"help": "how long a partial /get_reward group waits for the rest before it is judged as it is"},
     )
 
     # LoRA adapters over the resident base (requests name `policy@alias` or `policy@revision` as "model")
@@ -75,29 +147,50 @@ class ServerConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.api_key_file is not None:
+            if self.api_key is not None:
+                raise ValueError("give api_key or api_key_file, not both")
+            try:
+                self.api_key = Path(self.api_key_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"api_key_file ({self.api_key_file}) cannot be read: {exc}") from None
+            if not self.api_key:
+                raise ValueError(f"api_key_file ({self.api_key_file}) is empty; write the key into it")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key is empty; give a non-empty key or none")
+        if self.api_key is None and not self.allow_unauthenticated and not is_loopback(self.host):
+            raise ValueError(
+                f"host {self.host} is reachable from the network and no API key is set: give one (api_key_file, "
+                f"${API_KEY_ENV}) or, to serve everyone on purpose, allow_unauthenticated (--allow-unauthenticated)"
+            )
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port ({self.port}) must be in [0, 65535]")
         positive = (
             "max_batch_items",
             "max_queue",
             "max_body_bytes",
+            "max_json_values",
             "max_image_bytes",
             "max_image_pixels",
             "max_images",
             "max_responses",
             "max_text_chars",
             "max_items",
+            "max_request_items",
+            "max_request_pixels",
+            "max_pixels",
             "max_adapters",
         )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.group_size < 1 or self.group_wait_s <= 0:
+            raise ValueError(f"need group_size >= 1 ({self.group_size}) and group_wait_s > 0 ({self.group_wait_s})")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms ({self.max_wait_ms}) must be >= 0")
-        if self.request_timeout_s <= 0:
-            raise ValueError(f"request_timeout_s ({self.request_timeout_s}) must be > 0")
+        for name in ("request_timeout_s", "shutdown_grace_s", "body_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be > 0")
         if not 2 <= self.max_candidates <= 26:
             raise ValueError(f"max_candidates ({self.max_candidates}) must be in [2, 26] (option letters A-Z)")
         if self.adapter_store is not None and not os.path.isdir(self.adapter_store):

@@ -3,80 +3,45 @@
 Nothing here trusts the network. Each check names the field it refuses (`items[2].candidates`,
 `images[0]`) so a client can fix its request without reading server logs, and nothing a client sends can
 make the server read a local file (unless `allow_local_images` names a folder), decode a decompression
-bomb, or hold more than `max_body_bytes` of body.
+bomb, or hold more than `max_body_bytes` of body. Images come out as `PendingImage`s (header read, pixels
+counted against `max_request_pixels`); the app decodes them once the request's work budget has passed.
 
-    items = parse_judge_body(parse_json(raw), config)           # list[MCItem], images decoded
+    items = parse_judge_body(parse_json(raw), config)           # list[MCItem], images pending
     request = parse_reward_body(parse_json(raw), config)        # RewardRequest, validated
-    batch = parse_get_reward_body(parse_json(raw), config)      # OpenRLHF queries split into responses
+
+`POST /get_reward` (OpenRLHF) is read by `judge.server.get_reward.parse_openrlhf_body`, with these helpers.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import difflib
 import hmac
-import io
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any
-
-from PIL import Image
 
 from judge.rewarding import MODES, RewardRequest
 from judge.server.config import ServerConfig
+from judge.server.errors import WireError, invalid, quote, too_large, type_name
+from judge.server.wire_images import ImageBudget
 from judge.types import DataError, MCItem
 
 __all__ = [
-    "GetRewardBatch",
     "WireError",
     "check_api_key",
-    "decode_image",
-    "parse_get_reward_body",
     "parse_json",
     "parse_judge_body",
     "parse_reward_body",
 ]
 
 TOURNAMENTS = ("round_robin", "knockout")
-_BASE64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
-_WHITESPACE = re.compile(r"\s+")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+ITEM_FIELDS = ("id", "question", "candidates", "image", "label", "meta")
+GET_REWARD_FIELDS = ("query", "prompts", "labels", "images", "tournament")
 
-
-class WireError(Exception):
-    """A request the server refuses: HTTP status, the field at fault, and a message that says what to do.
-
-    Rendered as `{"error": {"message", "field", "type"}}`.
-    """
-
-    def __init__(
-        self, status: int, field: str, message: str, kind: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.status = status
-        self.field = field
-        self.message = message
-        self.kind = kind
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "field": self.field or None, "type": self.kind}}
-
-
-def _invalid(field: str, message: str) -> WireError:
-    return WireError(422, field, message, "invalid_request")
-
-
-def _too_large(field: str, message: str) -> WireError:
-    return WireError(413, field, message, "too_large")
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number" if isinstance(value, (int, float)) else type(value).__name__
-    )
+# Old private names, kept for callers of this module.
+_invalid, _too_large, _type_name = invalid, too_large, type_name
 
 
 # -- authentication ---------------------------------------------------------------------------------------
@@ -100,20 +65,83 @@ def check_api_key(authorization: str | None, api_key: str | None) -> None:
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object: 400 when it is not JSON, 422 when it is JSON but not an object."""
+    """The body as a JSON object: 400 when it is not JSON, 422 when it is JSON but not an object or when
+    any string in it (key or value) cannot be encoded as UTF-8 (JSON lets `"\\ud800"` through)."""
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise WireError(400, "body", f"malformed JSON ({exc})", "invalid_json") from None
+        raise WireError(400, "body", f"malformed JSON ({quote(str(exc))})", "invalid_json") from None
     if not isinstance(body, dict):
         raise _invalid("body", f"expected a JSON object, got {_type_name(body)}")
+    if _SURROGATE_ESCAPE.search(raw):  # raw bytes are valid UTF-8 (or loads failed): only escapes can hide one
+        _check_utf8(body)
     return body
 
 
-def _refuse_unknown(body: Mapping[str, Any], known: tuple[str, ...]) -> None:
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _path_name(keys: list[Any]) -> str:
+    """`items[0].question` from the keys and indices that lead to a value."""
+    out = ""
+    for key in keys:
+        if isinstance(key, int):
+            out += f"[{key}]"
+        else:
+            shown = key if key.isidentifier() else quote(key)
+            out += f".{shown}" if out else shown
+    return out or "body"
+
+
+def _children(value: dict | list) -> Iterator[tuple[Any, Any]]:
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value)
+
+
+def _check_utf8(body: dict[str, Any]) -> None:
+    """422 naming the first string (value or key, anywhere in `body`) that is not valid Unicode text.
+
+    Depth-first over iterators, so the walk holds one iterator per level, whatever the body's size.
+    """
+    stack = [_children(body)]
+    keys: list[Any] = []  # the key of each open container below the top: len(stack) - 1 of them
+    while stack:
+        for key, value in stack[-1]:
+            if isinstance(key, str) and not _encodable(key):
+                raise _invalid(_path_name([*keys, key]), "field name is not valid UTF-8 text (a lone surrogate)")
+            if isinstance(value, str):
+                if not _encodable(value):
+                    raise _invalid(
+                        _path_name([*keys, key]), "not valid UTF-8 text (a lone surrogate escape such as \\ud800)"
+                    )
+            elif isinstance(value, (dict, list)):
+                keys.append(key)
+                stack.append(_children(value))
+                break
+        else:
+            stack.pop()
+            if keys:
+                keys.pop()
+
+
+def _refuse_unknown(
+    body: Mapping[str, Any], known: tuple[str, ...], where: str = "", what: str = "this endpoint"
+) -> None:
     for name in body:
         if name not in known:
-            raise _invalid(name, f"unknown field; this endpoint takes {', '.join(known)}")
+            close = difflib.get_close_matches(name, known, n=1) if len(name) <= 64 else []
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _invalid(f"{where}{name}", f"unknown field{hint}; {what} takes {', '.join(known)}")
+
+
+def _shown(value: Any) -> str:
+    return quote(value) if isinstance(value, str) else _type_name(value)
 
 
 def _text(value: Any, field: str, config: ServerConfig) -> str:
@@ -140,116 +168,22 @@ def _required(body: Mapping[str, Any], name: str) -> Any:
     return body[name]
 
 
-# -- images -----------------------------------------------------------------------------------------------
-
-
-def decode_image(value: Any, field: str, config: ServerConfig) -> Image.Image:
-    """A wire image (data URL or base64; a path only inside `allow_local_images`) as a checked RGB image.
-
-    The pixel count is read from the header before any decoding, so a small file that claims a huge
-    canvas (a decompression bomb) is refused without allocating it.
-    """
-    if not isinstance(value, str) or not value:
-        raise _invalid(field, f"expected a data URL or a base64 string, got {_type_name(value)}")
-    if value.startswith("data:"):
-        head, comma, payload = value.partition(",")
-        if not comma or ";base64" not in head:
-            raise _invalid(field, "data URL images must be base64-encoded (data:image/png;base64,...)")
-        return _open(_b64decode(payload, field, config), field, config)
-    if "." not in value and "\\" not in value and ":" not in value:
-        compact = _WHITESPACE.sub("", value)
-        if compact and len(compact) % 4 == 0 and _BASE64.match(compact):
-            return _open(_b64decode(compact, field, config), field, config)
-        if not value.startswith(("/", "~")):
-            raise _invalid(field, "invalid base64; send the image as a data URL or a base64 string")
-    return _open(_read_local(value, field, config), field, config)  # base64 has no '.', so this is a path
-
-
-def _b64decode(payload: str, field: str, config: ServerConfig) -> bytes:
-    compact = _WHITESPACE.sub("", payload)
-    if len(compact) * 3 // 4 > config.max_image_bytes:
-        raise _too_large(
-            field, f"image of about {len(compact) * 3 // 4} bytes is above max_image_bytes ({config.max_image_bytes})"
-        )
-    try:
-        return base64.b64decode(compact, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise _invalid(field, f"invalid base64 ({exc}); send the image as a data URL or a base64 string") from None
-
-
-def _read_local(value: str, field: str, config: ServerConfig) -> bytes:
-    if config.allow_local_images is None:
-        raise _invalid(
-            field,
-            "file paths are not read from the network; send the image as a data URL or base64 "
-            "(or start the server with --allow-local-images DIR to allow paths under DIR)",
-        )
-    root = Path(config.allow_local_images).resolve()
-    path = Path(value.removeprefix("file://")).expanduser()
-    path = (path if path.is_absolute() else root / path).resolve()
-    if not path.is_relative_to(root):
-        raise _invalid(field, f"path is outside the folder allowed by --allow-local-images ({root})")
-    if not path.is_file():
-        raise _invalid(field, f"no such image file under the allowed folder: {value}")
-    size = path.stat().st_size
-    if size > config.max_image_bytes:
-        raise _too_large(field, f"image file of {size} bytes is above max_image_bytes ({config.max_image_bytes})")
-    return path.read_bytes()
-
-
-def _open(data: bytes, field: str, config: ServerConfig) -> Image.Image:
-    if len(data) > config.max_image_bytes:
-        raise _too_large(field, f"image of {len(data)} bytes is above max_image_bytes ({config.max_image_bytes})")
-    try:
-        image = Image.open(io.BytesIO(data))  # reads the header only
-    except Image.DecompressionBombError as exc:
-        raise _too_large(field, f"decompression bomb refused ({exc})") from None
-    except Exception as exc:  # noqa: BLE001 - PIL raises many types; all mean "not an image"
-        raise _invalid(field, f"not a decodable image ({type(exc).__name__})") from None
-    width, height = image.size
-    if width * height > config.max_image_pixels:
-        raise _too_large(
-            field, f"{width}x{height} pixels is above max_image_pixels ({config.max_image_pixels}); resize it"
-        )
-    try:
-        image.load()
-        return image.convert("RGB")
-    except Image.DecompressionBombError as exc:
-        raise _too_large(field, f"decompression bomb refused ({exc})") from None
-    except Exception as exc:  # noqa: BLE001
-        raise _invalid(field, f"cannot decode the image ({type(exc).__name__}: {exc})") from None
-
-
-def _images(value: Any, field: str, config: ServerConfig, cache: dict[str, Image.Image] | None = None) -> list[Any]:
-    if value is None:
-        return []
-    _list(value, field, low=0, high=config.max_images, what="images", limit_name="max_images")
-    cache = {} if cache is None else cache
-    out = []
-    for j, ref in enumerate(value):
-        key = ref if isinstance(ref, str) else None
-        if key is not None and key in cache:
-            out.append(cache[key])
-            continue
-        image = decode_image(ref, f"{field}[{j}]", config)
-        if key is not None:
-            cache[key] = image
-        out.append(image)
-    return out
-
-
 # -- POST /v1/judge ---------------------------------------------------------------------------------------
 
 
 def parse_judge_body(body: Mapping[str, Any], config: ServerConfig) -> list[MCItem]:
-    """`{"items": [MC item, ...]}` → checked `MCItem`s with decoded images."""
+    """`{"items": [MC item, ...]}` → checked `MCItem`s whose images are `PendingImage`s (header read)."""
     _refuse_unknown(body, ("items",))
     rows = _list(_required(body, "items"), "items", low=1, high=config.max_items, what="items", limit_name="max_items")
+    if len(rows) > config.max_request_items:
+        raise _too_large("items", f"{len(rows)} items is above max_request_items ({config.max_request_items})")
+    budget = ImageBudget(config)
     items = []
     for i, row in enumerate(rows):
         where = f"items[{i}]"
         if not isinstance(row, dict):
             raise _invalid(where, f"expected an MC item object, got {_type_name(row)}")
+        _refuse_unknown(row, ITEM_FIELDS, f"{where}.", "an MC item")
         candidates = row.get("candidates")
         if isinstance(candidates, list) and len(candidates) > config.max_candidates:
             raise _too_large(
@@ -264,9 +198,9 @@ def parse_judge_body(body: Mapping[str, Any], config: ServerConfig) -> list[MCIt
         for c, candidate in enumerate(item.candidates):
             _text(candidate, f"{where}.candidates[{c}]", config)
         if isinstance(item.image, list):
-            item.image = _images(item.image, f"{where}.image", config) or None
+            item.image = budget.images(item.image, f"{where}.image") or None
         elif item.image is not None:
-            item.image = decode_image(item.image, f"{where}.image", config)
+            item.image = budget.image(item.image, f"{where}.image")
         items.append(item)
     return items
 
@@ -300,14 +234,14 @@ def parse_reward_body(body: Mapping[str, Any], config: ServerConfig) -> RewardRe
         if len(responses) > config.max_candidates:
             mode = "tournament"
     elif mode not in MODES:
-        raise _invalid("mode", f"expected one of {', '.join(MODES)}, got {mode!r}")
+        raise _invalid("mode", f"expected one of {', '.join(MODES)}, got {_shown(mode)}")
     tournament = body.get("tournament") or "round_robin"
     if tournament not in TOURNAMENTS:
-        raise _invalid("tournament", f"expected one of {', '.join(TOURNAMENTS)}, got {tournament!r}")
+        raise _invalid("tournament", f"expected one of {', '.join(TOURNAMENTS)}, got {_shown(tournament)}")
     request_id = body.get("id", "")
     if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
         raise _invalid("id", f"expected a string or an integer, got {_type_name(request_id)}")
-    images = _images(body.get("images"), "images", config)
+    images = ImageBudget(config).images(body.get("images"), "images")
     request = RewardRequest(
         prompt=prompt,
         responses=responses,
@@ -322,67 +256,3 @@ def parse_reward_body(body: Mapping[str, Any], config: ServerConfig) -> RewardRe
     except DataError as exc:
         raise _invalid(exc.field_name, f"{exc.problem} — {exc.fix}") from None
     return request
-
-
-# -- POST /get_reward (OpenRLHF) --------------------------------------------------------------------------
-
-
-@dataclass
-class GetRewardBatch:
-    """OpenRLHF queries split into prompt and response, with each query's images and group key."""
-
-    prompts: list[str]
-    responses: list[str]
-    labels: list[str | None]
-    images: list[list[Any]]
-    group_keys: list[tuple[str, tuple[str, ...]]]
-    """Queries with the same prompt and the same images form one group, judged together."""
-    unsplit: int
-    """Queries that did not start with their prompt (the whole query was taken as the response)."""
-    tournament: str = "round_robin"
-
-
-def parse_get_reward_body(body: Mapping[str, Any], config: ServerConfig) -> GetRewardBatch:
-    """`{"query": [...], "prompts": [...], "labels": [...], "images": [[...], ...]}`; unknown fields ignored."""
-    queries = _list(
-        _required(body, "query"), "query", low=1, high=config.max_items, what="queries", limit_name="max_items"
-    )
-    n = len(queries)
-    prompts_raw = _required(body, "prompts")
-    if not isinstance(prompts_raw, list) or len(prompts_raw) != n:
-        raise _invalid("prompts", f"expected an array of {n} strings, one per query")
-    labels_raw = body.get("labels")
-    if labels_raw is None:
-        labels_raw = [None] * n
-    if not isinstance(labels_raw, list) or len(labels_raw) != n:
-        raise _invalid("labels", f"expected null or an array of {n} strings or nulls, one per query")
-    images_raw = body.get("images")
-    if images_raw is None:
-        images_raw = [None] * n
-    if not isinstance(images_raw, list) or len(images_raw) != n:
-        raise _invalid("images", f"expected null or an array of {n} image lists, one per query")
-    tournament = body.get("tournament") or "round_robin"
-    if tournament not in TOURNAMENTS:
-        raise _invalid("tournament", f"expected one of {', '.join(TOURNAMENTS)}, got {tournament!r}")
-    batch = GetRewardBatch([], [], [], [], [], 0, tournament)
-    cache: dict[str, Image.Image] = {}
-    for i, (query, prompt, label, refs) in enumerate(zip(queries, prompts_raw, labels_raw, images_raw)):
-        if not isinstance(query, str):
-            raise _invalid(f"query[{i}]", f"expected a string, got {_type_name(query)}")
-        prompt = _text(prompt, f"prompts[{i}]", config)
-        if label is not None:
-            label = _text(label, f"labels[{i}]", config)
-        if isinstance(refs, str):
-            refs = [refs]
-        if query.startswith(prompt):
-            response = query[len(prompt) :]
-        else:
-            response = query
-            batch.unsplit += 1
-        batch.prompts.append(prompt)
-        batch.responses.append(_text(response, f"query[{i}]", config))
-        batch.labels.append(label)
-        batch.images.append(_images(refs, f"images[{i}]", config, cache))
-        keys = tuple(r if isinstance(r, str) else "" for r in (refs or []))
-        batch.group_keys.append((prompt, keys))
-    return batch

@@ -65,6 +65,10 @@ class Metrics:
         self.requests: dict[tuple[str, str], int] = defaultdict(int)
         self.errors: dict[str, int] = defaultdict(int)
         self.judgments = 0
+        self.cancelled_requests: dict[str, int] = defaultdict(int)
+        self.stopped_batches = 0
+        self.reward_outcomes: dict[tuple[str, str], int] = defaultdict(int)
+        self.reward_images = 0
         self.batch_items = Histogram(BATCH_BUCKETS)
         self.batch_requests = Histogram(BATCH_BUCKETS)
         self.latency: dict[str, Histogram] = {}
@@ -78,6 +82,23 @@ class Metrics:
     def error(self, kind: str) -> None:
         with self._lock:
             self.errors[kind] += 1
+
+    def cancelled(self, reason: str) -> None:
+        """A request whose work was given up: `timeout`, `disconnect` (the client left) or `shutdown`."""
+        with self._lock:
+            self.cancelled_requests[reason] += 1
+
+    def batch_stopped(self) -> None:
+        with self._lock:
+            self.stopped_batches += 1
+
+    def rewards(self, endpoint: str, reasons: Sequence[str], images: int = 0) -> None:
+        """Count returned rewards by outcome: "" is scored, else the reason it was not ("no_reference",
+        "unparsed"); `images` is how many images the judged samples carried to the judge."""
+        with self._lock:
+            for reason in reasons:
+                self.reward_outcomes[(endpoint, reason or "scored")] += 1
+            self.reward_images += images
 
     def batch(self, n_requests: int, n_items: int) -> None:
         with self._lock:
@@ -101,9 +122,28 @@ class Metrics:
             for kind, n in sorted(self.errors.items()):
                 out.append(f"mrjudge_errors_total{_labels([('kind', kind)])} {n}")
             out += [
+                "# HELP mrjudge_cancelled_requests_total Requests whose work was given up, by reason.",
+                "# TYPE mrjudge_cancelled_requests_total counter",
+            ]
+            for reason, n in sorted(self.cancelled_requests.items()):
+                out.append(f"mrjudge_cancelled_requests_total{_labels([('reason', reason)])} {n}")
+            out += [
+                "# HELP mrjudge_stopped_batches_total Judge batches stopped early: nobody waited for them.",
+                "# TYPE mrjudge_stopped_batches_total counter",
+                f"mrjudge_stopped_batches_total {self.stopped_batches}",
                 "# HELP mrjudge_judgments_total MC items judged.",
                 "# TYPE mrjudge_judgments_total counter",
                 f"mrjudge_judgments_total {self.judgments}",
+                "# HELP mrjudge_rewards_total Rewards returned, by endpoint and outcome (scored, or the reason "
+                "it was not: no_reference, unparsed).",
+                "# TYPE mrjudge_rewards_total counter",
+                *(
+                    f"mrjudge_rewards_total{_labels([('endpoint', e), ('outcome', o)])} {n}"
+                    for (e, o), n in sorted(self.reward_outcomes.items())
+                ),
+                "# HELP mrjudge_reward_images_total Images carried to the judge by judged reward samples.",
+                "# TYPE mrjudge_reward_images_total counter",
+                f"mrjudge_reward_images_total {self.reward_images}",
                 "# HELP mrjudge_queue_depth Requests waiting for the judge.",
                 "# TYPE mrjudge_queue_depth gauge",
                 f"mrjudge_queue_depth {self.queue_depth()}",

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from data_synthesis.records import SFTRecord, group_of
-from data_synthesis.sources import FieldMap, _safe_name, load_sft_records, write_records
+from data_synthesis.source_images import safe_name as _safe_name
+from data_synthesis.sources import FieldMap, load_sft_records, write_records
 from judge.images import image_to_data_url, load_image
 from judge.jsonl import InputError, read_jsonl
 from judge.types import DataError
@@ -212,13 +213,14 @@ def test_local_data_folder_goes_through_load_dataset_offline(tmp_path, offline):
 def test_hub_ids_keep_the_real_load_dataset_call(tmp_path, monkeypatch):
     calls = []
 
-    def fake_load_dataset(path, split):
-        calls.append((path, split))
+    def fake_load_dataset(path, name=None, split=None, revision=None):
+        calls.append((path, name, split, revision))
         return datasets.Dataset.from_dict({"question": ["Q?"], "answer": ["A."]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     (record,) = load("lmms-lab/some-dataset", tmp_path / "out", split="test")
-    assert calls == [("lmms-lab/some-dataset", "test")]
+    load("lmms-lab/some-dataset", tmp_path / "out", split="test", dataset_config="en", revision="v1.0")
+    assert calls == [("lmms-lab/some-dataset", None, "test", None), ("lmms-lab/some-dataset", "en", "test", "v1.0")]
     assert (record.id, record.source) == ("lmms-lab/some-dataset-0", "lmms-lab/some-dataset")
 
 
@@ -292,23 +294,24 @@ def test_missing_source_that_is_not_a_hub_id(tmp_path, source):
 def test_write_records_round_trips_through_sft_record(tmp_path):
     image_dataset(2).save_to_disk(str(tmp_path / "saved"))
     out = tmp_path / "out"
-    path, count = write_records(tmp_path / "saved", out)
-    assert (path, count) == (out / "records.jsonl", 2)
+    path, summary = write_records(tmp_path / "saved", out)
+    assert (path, summary["records"], summary["skipped"]) == (out / "records.jsonl", 2, [])
+    assert json.loads((out / "records.summary.json").read_text()) == summary
     records = [SFTRecord.from_dict(row, where=f"line {n}") for n, row in read_jsonl(path)]
     assert [r.id for r in records] == ["d/0", "d/1"]
     assert all((out / r.image).is_file() for r in records)
     assert records == load(tmp_path / "saved", out)  # deterministic: same ids, same image files
 
 
-def test_write_records_reports_every_bad_row_and_writes_nothing(tmp_path):
+def test_write_records_reports_the_bad_rows_and_writes_nothing(tmp_path):
     rows = [{"question": "Q?"}, {"question": "Q?", "answer": "A."}, {"answer": "A."}]
     source = write_jsonl(tmp_path / "d.jsonl", rows)
     with pytest.raises(InputError) as info:
         write_records(source, tmp_path / "out")
     message = str(info.value)
-    assert message.startswith(f"2 problem(s) in {source}:")
+    assert message.startswith(f"{source}: 2 of 3 rows are bad (66.7%), above --max-bad-fraction 0.05")
     assert "line 1: field 'answer': missing" in message and "line 3: field 'question': missing" in message
-    assert not (tmp_path / "out" / "records.jsonl").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []  # not even a temporary file is left
 
 
 def test_safe_names_are_deterministic_and_distinct():

@@ -24,6 +24,9 @@ VLRB_KEYS = {
 }
 
 
+RUN_ONLY = ("consistency", "data_")  # metrics.json keys a run has that the evaluate modules cannot know
+
+
 def _metrics(out):
     return json.loads((out / "metrics.json").read_text())
 
@@ -47,7 +50,9 @@ def test_vl_rewardbench_mc_mode_with_the_hf_judge_resumes_and_rescores(parrot_di
     assert all(len(r["raw"]) == 2 and r["raw"][0].startswith("<think>") for r in rows)
     report = (out / "report.md").read_text()
     assert "GPT-4o (published) | – | – | – | 65.8 | 62.4" in report
-    assert "MR. Judge-7B (SFT+RL) (published) | 68.7 | 83.2 | 61.4 | 75.5 | 71.1" in report
+    assert "MR. Judge-7B (SFT+RL) (published, MR. Judge paper protocol) | 68.7 | 83.2 | 61.4 | 75.5 | 71.1" in report
+    assert "measured under the official protocol: GPT-4o, Gemini-1.5-Pro, Claude-3.5-Sonnet" in report
+    assert "Skywork-VL-Reward-7B (scalar reward)" in report and metrics["data_rows"] == 8
     assert (out / "vl_rewardbench_accuracy.png").stat().st_size > 0
     assert (out / "vl_rewardbench_consistency.png").stat().st_size > 0
 
@@ -61,12 +66,12 @@ def test_vl_rewardbench_mc_mode_with_the_hf_judge_resumes_and_rescores(parrot_di
     assert _eval("vl-rewardbench", data, scored, "--predictions", str(out / "predictions.jsonl")) == 0
     assert _metrics(scored) == metrics
 
-    # The evaluate module agrees with the CLI (consistency is the run's, not a metric input).
+    # The evaluate module agrees with the CLI (consistency and the data's hash are the run's, not metric inputs).
     module = evaluate.load(module_path("vl_rewardbench"))
     result = module.compute(
         predictions=[r["pred"] for r in rows], references=[r["preferred"] for r in rows], ids=[r["id"] for r in rows]
     )
-    assert result == {k: v for k, v in metrics.items() if not k.startswith("consistency")}
+    assert result == {k: v for k, v in metrics.items() if not k.startswith(RUN_ONLY)}
 
 
 def test_vl_rewardbench_official_mode_over_http_counts_unparsed(parrot_loaded, tmp_path):
@@ -122,7 +127,7 @@ def test_multimodal_rewardbench_both_modes_and_evaluate_module(parrot_dir, parro
         ids=[r["id"] for r in rows],
         categories=[r["source"] for r in rows],
     )
-    assert result == {k: v for k, v in metrics.items() if not k.startswith("consistency")}
+    assert result == {k: v for k, v in metrics.items() if not k.startswith(RUN_ONLY)}
 
     official = tmp_path / "official"
     with serve(make_app(parrot_loaded)) as url:

@@ -224,12 +224,38 @@ def test_score_mmvet_by_hand():
         "oracle_math": 1.0,
         "oracle_know": 0.5,
         "unparsed": 1,
-        "judge_consistency": 2 / 3,
+        "judge_consistency": 2 / 4,  # q3 (fewer than two parsed orders) counts as not consistent
+        "judge_consistency_undetermined": 1,
         "grader_retried": 2,
         "grader_failed": 1,
+        "grading_runs": 1,
+        "bootstrap_resamples": 1000,
+        "bootstrap_seed": 0,
     }
-    assert metrics.keys() == expected.keys()  # no keys for absent capabilities (gen, spat) or selectors
-    assert metrics == pytest.approx(expected, abs=1e-12)
+    added = ("_ci95_low", "_ci95_high", "_total_std", "_total_runs")
+    core = {k: v for k, v in metrics.items() if not k.endswith(added)}
+    assert core.keys() == expected.keys()  # no keys for absent capabilities (gen, spat) or selectors
+    assert core == pytest.approx(expected, abs=1e-12)
+    for selector in ("first", "judge", "oracle"):  # one grading run: no spread; the interval holds the mean
+        assert metrics[f"{selector}_total_std"] == 0.0
+        assert metrics[f"{selector}_total_runs"] == pytest.approx([expected[f"{selector}_total"]])
+        low, high = metrics[f"{selector}_total_ci95_low"], metrics[f"{selector}_total_ci95_high"]
+        assert low <= expected[f"{selector}_total"] <= high
+    assert "first_gen_ci95_low" not in metrics
+
+
+def test_score_mmvet_over_grading_runs_gives_mean_and_std():
+    questions = [_question("a", capabilities=("rec",)), _question("b", capabilities=("ocr",))]
+    grades = {"a": [1.0, 0.0], "b": [0.0, 0.5]}
+    runs = {"a": [[1.0, 0.0], [0.5, 0.0], [1.0, 0.0]], "b": [[0.0, 0.5], [0.0, 0.5], [1.0, 0.5]]}
+    m = score_mmvet(questions, grades, {"first": {"a": 0, "b": 0}}, grade_runs=runs)
+    # first picks candidate 0: run totals (1+0)/2, (0.5+0)/2, (1+1)/2 = 0.5, 0.25, 1.0
+    assert m["first_total_runs"] == pytest.approx([0.5, 0.25, 1.0])
+    assert m["first_total"] == pytest.approx(1.75 / 3)
+    mean = 1.75 / 3
+    std = ((0.5 - mean) ** 2 + (0.25 - mean) ** 2 + (1.0 - mean) ** 2) / 3  # numpy's population std, squared
+    assert m["first_total_std"] == pytest.approx(std**0.5)
+    assert (m["first_rec"], m["first_ocr"], m["grading_runs"]) == (pytest.approx(2.5 / 3), pytest.approx(1 / 3), 3)
 
 
 def test_score_mmvet_counts_a_question_once_per_capability_and_rejects_bad_picks():
@@ -389,9 +415,33 @@ def test_an_undecided_judge_falls_back_to_the_first_candidate(dataset, tmp_path)
             _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
         )
     assert metrics["unparsed"] == 4
-    assert metrics["judge_consistency"] is None  # no question had two parsed display orders
+    # No question had two parsed display orders: each counts as not consistent, by the one rule.
+    assert (metrics["judge_consistency"], metrics["judge_consistency_undetermined"]) == (0.0, 4)
     assert {k: metrics[k.replace("first", "judge", 1)] for k in FIRST} == FIRST  # judge = first, everywhere
     assert "judge undecided (fell back to candidate 0): 4 of 4" in (tmp_path / "report.md").read_text()
+
+
+def test_num_runs_grades_every_candidate_again_and_a_rerun_adds_only_missing_runs(dataset, tmp_path):
+    questions, candidates = dataset
+    app = make_grader_app(junk_marker=JUNK)
+    with serve(app) as url:
+        metrics = run_mmvet(
+            _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False,
+            num_runs=2, data_source="mm-vet.json",
+        )  # fmt: skip
+        assert len(app.state.requests) == 2 * N_GRADER_CALLS
+        assert metrics["grading_runs"] == 2 and metrics["first_total_runs"] == [0.5, 0.5]
+        assert metrics["first_total_std"] == 0.0  # a deterministic grader agrees with itself
+        assert {k: metrics[k] for k in FIRST} == pytest.approx(FIRST)
+        again = run_mmvet(
+            _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False,
+            num_runs=3, data_source="mm-vet.json",
+        )  # fmt: skip
+        assert len(app.state.requests) == 3 * N_GRADER_CALLS  # only the third run was asked
+    assert again["first_total_runs"] == [0.5, 0.5, 0.5]
+    assert again["data_rows"] == 4 and again["data_source"] == "mm-vet.json" and len(again["data_sha256"]) == 64
+    report = (tmp_path / "report.md").read_text()
+    assert "graded 3 time(s)" in report and again["data_sha256"] in report
 
 
 def test_new_candidates_in_an_old_run_folder_are_refused(dataset, hf_judge_backend, tmp_path):
@@ -443,6 +493,15 @@ def test_malformed_mmvet_json_lists_every_problem(tmp_path):
     assert "entry 'v1_1': field 'capability': expected a list" in message
     assert "entry 'v1_2': field 'imagename': image file not found" in message and "nope.png" in message
     assert "entry 'v1_4'" in message and "v1_3" not in message
+
+
+def test_mmvet_v2_is_refused_by_name(tmp_path):
+    v2 = {"v2_0": {"question": "Which is heavier?<IMG>v2_0_0.png<IMG>And now?<IMG>v2_0_1.png", "answer": "A",
+                   "capability": ["rec", "seq"], "added_in": "v2"}}  # fmt: skip
+    path = tmp_path / "mm-vet-v2.json"
+    path.write_text(json.dumps(v2))
+    with pytest.raises(InputError, match="MM-Vet v2 .* not supported"):
+        load_mmvet(path)
 
 
 def test_mmvet_json_shape_errors(tmp_path):

@@ -78,3 +78,34 @@ def test_bad_rows_are_reported(tmp_path):
         mmrb.load_multimodal_rewardbench(path)
     with pytest.raises(InputError, match="image file"):
         mmrb.load_multimodal_rewardbench(write_mmrb(tmp_path / "x"), image_folder=tmp_path / "nowhere")
+
+
+def test_leaderboard_columns_merge_safety_and_reasoning_and_unparsed_readings(items):
+    preds = [0, 1, 0, None, 1, 1, 0, 1]  # right, right, right, coin, right, wrong, right, right
+    rows = [
+        {"id": i.id, "pred": p, "consistent": [True, None, False][n % 3]} for n, (i, p) in enumerate(zip(items, preds))
+    ]
+    m = score(items, rows)
+    coin = float(item_rng(0, "toxic_4", "coin").randrange(2) == 1)
+    assert m["accuracy_safety"] == pytest.approx((1 + coin) / 2)  # bias and toxicity items pooled
+    assert m["accuracy_reasoning"] == 0.5  # math right, coding wrong
+    assert m["accuracy_safety_unparsed_wrong"] == 0.5 and m["accuracy_safety_unparsed_coin"] == 0.75
+    assert m["overall_accuracy_unparsed_wrong"] == 6 / 8 and m["overall_accuracy_unparsed_coin"] == 6.5 / 8
+    assert m["overall_accuracy_ci95_low"] <= m["overall_accuracy"] <= m["overall_accuracy_ci95_high"]
+    assert score(items, rows) == m  # seeded coins and bootstrap
+    # One consistency rule: an item with fewer than two parsed orders (None) counts as not consistent.
+    assert (m["consistency"], m["consistency_undetermined"]) == (3 / 8, 3)
+    assert [label for label, _ in mmrb.BENCHMARK.columns] == [
+        "general correctness", "general preference", "knowledge", "reasoning", "safety", "vqa"
+    ]  # fmt: skip
+    assert mmrb.BENCHMARK.columns[3][1] == "accuracy_reasoning"
+
+
+def test_provenance_hashes_rows_and_images(tmp_path):
+    first = mmrb.load_multimodal_rewardbench(write_mmrb(tmp_path / "a")).provenance
+    assert first == mmrb.load_multimodal_rewardbench(write_mmrb(tmp_path / "b")).provenance | {
+        "data_source": first["data_source"]
+    }
+    path = write_mmrb(tmp_path / "c")
+    path.write_text(path.read_text().replace("Describe picture 3.", "Describe picture three."))
+    assert mmrb.load_multimodal_rewardbench(path).provenance["data_sha256"] != first["data_sha256"]

@@ -96,7 +96,7 @@ def test_metrics_by_hand(items):
 def test_consistency_and_bad_predictions(items):
     rows = [{"id": i.id, "pred": i.preferred, "consistent": n % 2 == 0} for n, i in enumerate(items)]
     assert score(items, rows)["consistency"] == 0.5
-    with pytest.raises(InputError, match="not in the data"):
+    with pytest.raises(InputError, match="match no row of the data"):
         score(items, [{"id": "nope", "pred": 0}])
     with pytest.raises(InputError, match="'pred' must be 0, 1 or null"):
         score(items, [{"id": items[0].id, "pred": 2}])
@@ -116,16 +116,19 @@ def test_official_protocol_maps_random_display_orders_back(items):
     rows = official_predict(wrong, items, VLRBConfig(k=3))
     assert all(r["status"] == "agree" for r in rows)
     assert [sum(c["outcome"] == "reject" for c in r["calls"]) for r in rows] == [1] * len(items)
-    # The official k-curve: the first call alone is always right here.
-    assert score(items, rows)["overall_accuracy_k1"] == 1.0 and "overall_accuracy_k3" not in score(items, rows)
-    wrong_first = ScriptedJudge(lambda position: f"Therefore, Answer {position} is better.", wrong_every=1)
-    rows = official_predict(wrong_first, items, VLRBConfig(k=2))
-    assert score(items, rows)["overall_accuracy_k1"] == 0.0
+    # cal.py's reading at k = 3 (the largest of 1, 3, 5, 7, 9 that 3 calls cover) sees all three calls.
+    m = score(items, rows)
+    assert (m["reading"], m["headline_k"], m["overall_accuracy"]) == ("cal.py", 3, 1.0)
+    assert {"overall_accuracy_k1", "overall_accuracy_k3"} <= set(m) and "overall_accuracy_k5" not in m
 
-    # With k=2 and one wrong call in two, every item is a tie: no majority, left out of the denominators.
+    # With k=2 and one wrong call in two, every item is a tie over all calls: no majority, left out of the
+    # denominators in the all-calls reading (cal.py's reading at k = 1 sees one call per item instead).
     tie = ScriptedJudge(lambda position: f"Overall Judgment: Answer {position} is better.", wrong_every=2)
-    m = score(items, official_predict(tie, items, VLRBConfig(k=2)))
+    tie_rows = official_predict(tie, items, VLRBConfig(k=2))
+    m = score(items, tie_rows, reading="all-calls")
     assert (m["overall_accuracy"], m["unparsed"], m["no_majority"]) == (None, len(items), len(items))
+    assert (m["overall_accuracy_unparsed_wrong"], m["overall_accuracy_unparsed_coin"]) == (0.0, 0.5)
+    assert score(items, tie_rows)["headline_k"] == 1 and score(items, tie_rows)["unparsed"] == 0
 
     unparsable = ScriptedJudge(lambda position: f"I like answer {position}.")
     rows = official_predict(unparsable, items, VLRBConfig(k=3))

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from judge.judging import Judge, JudgeConfig
-from judge.rewarding import RewardRequest, compute_rewards
+from judge.rewarding import (
+    NEUTRAL_REWARD,
+    RewardRequest,
+    compute_rewards,
+    fill_unscored,
+    group_id,
+    group_samples,
+    plan_cost,
+    plan_request,
+)
 from judge.types import DataError
 from tests.support.scripted_judge import RuleJudgeBackend
 
@@ -30,8 +39,9 @@ def test_round_robin_rewards_the_share_of_wins(judge):
     responses = ["score=3", "score=1", "score=4", "score=2", "abstain"]
     request = RewardRequest("Q?", responses, mode="tournament", tournament="round_robin", id="rr")
     [result] = compute_rewards(judge, [request])
-    # Wins out of 4 games each; every game with the abstainer is undecided: half a win each.
-    assert result.rewards == pytest.approx([2.5 / 4, 0.5 / 4, 3.5 / 4, 1.5 / 4, 2 / 4])
+    # Games with the abstainer did not parse: they count for neither player, so the others get their share
+    # of the 3 scored games won, and the abstainer (no scored game) is unscored, not 0.5.
+    assert result.rewards[:4] == pytest.approx([2 / 3, 0 / 3, 3 / 3, 1 / 3]) and result.rewards[4] is None
     assert len(result.verdicts) == 10
 
 
@@ -66,3 +76,68 @@ def test_bad_requests_name_the_field(judge, request_, field):
     with pytest.raises(DataError) as info:
         compute_rewards(judge, [request_])
     assert info.value.field_name == field
+
+
+# -- unscored verdicts: explicit None, never 1/k ----------------------------------------------------------
+
+
+def test_an_unparsed_listwise_verdict_is_unscored_not_uniform(judge):
+    [result] = compute_rewards(judge, [RewardRequest("Q?", ["score=1", "abstain", "score=2"], id="u")])
+    assert result.rewards == [None, None, None]
+
+
+def test_an_unparsed_pairwise_game_leaves_only_that_response_unscored(judge):
+    request = RewardRequest("Q?", ["score=9", "abstain"], reference="score=5", mode="pairwise", id="p")
+    assert compute_rewards(judge, [request])[0].rewards == [1.0, None]
+
+
+def test_knockout_players_of_an_unparsed_game_are_unscored(judge):
+    request = RewardRequest("Q?", ["score=1", "abstain"], mode="tournament", tournament="knockout", id="k")
+    assert compute_rewards(judge, [request])[0].rewards == [None, None]
+
+
+# -- the planner --------------------------------------------------------------------------------------------
+
+
+def test_planner_groups_by_prompt_images_and_reference():
+    groups = group_samples(
+        ["P", "P", "Q", "P", "P", "P"],
+        ["a", "b", "c", "d", "e", "f"],
+        images=[["x.png"], ["x.png"], [], ["y.png"], ["x.png"], ["x.png"]],
+        references=[None, None, "ref", None, None, ""],  # "" is no reference: same group as None
+    )
+    assert [g.indices for g in groups] == [[0, 1, 4, 5], [2], [3]]
+    assert [None if g.request is None else g.request.mode for g in groups] == ["listwise", "pairwise", None]
+    assert groups[0].request.id == group_id("P", None, 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "mode", "cost"),
+    [
+        (dict(responses=["a"]), None, 0),  # alone, no reference: unscored by rule
+        (dict(responses=["a"], reference=""), None, 0),  # OpenRLHF's empty label is no reference
+        (dict(responses=["a"], reference="r"), "pairwise", 1),
+        (dict(responses=["a"] * 4), "listwise", 1),
+        (dict(responses=["a"] * 9), "tournament", 8),  # above max_options: knock-out, G - 1 games
+        (dict(responses=["a"] * 4, mode="pairwise"), None, 0),  # pairwise needs a reference
+        (dict(responses=["a"] * 4, mode="tournament", tournament="round_robin"), "tournament", 6),
+    ],
+)
+def test_plan_request_rules_and_cost(kwargs, mode, cost):
+    request = plan_request("Q?", **kwargs)
+    assert (None if request is None else request.mode) == mode
+    assert (0 if request is None else plan_cost(request)) == cost
+
+
+def test_fill_unscored_uses_the_group_mean_then_neutral():
+    groups = group_samples(["P", "P", "P", "Q"], ["a", "b", "c", "d"])
+    assert fill_unscored([0.2, None, 0.6, None], groups) == pytest.approx([0.2, 0.4, 0.6, NEUTRAL_REWARD])
+
+
+def test_rewards_follow_the_responses_not_the_order_they_came_in(judge):
+    # Ties go to the first candidate shown, so without the canonical order the arrival order would decide.
+    responses = ["score=5 (a)", "score=5 (b)", "score=1", "score=5 (c)"]
+    forward = compute_rewards(judge, [RewardRequest("Q?", responses, id="g")])[0]
+    backward = compute_rewards(judge, [RewardRequest("Q?", responses[::-1], id="g")])[0]
+    assert forward.rewards == backward.rewards[::-1]
+    assert forward.verdicts[0].choice == 3 - backward.verdicts[0].choice  # verdicts index the caller's order

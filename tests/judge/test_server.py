@@ -28,25 +28,9 @@ from PIL import Image
 from judge.judging import Judge, JudgeConfig
 from judge.server import ServerConfig, create_app
 from tests.support.openai_server import serve
-from tests.support.scripted_judge import RuleJudgeBackend
+from tests.support.scripted_judge import SlowRuleBackend
 
 KEY = "s3cret-key"
-
-
-class SlowRuleBackend(RuleJudgeBackend):
-    """The rule judge, slowed down, recording the size of every backend batch (in chat requests)."""
-
-    def __init__(self, delay_s: float = 0.0) -> None:
-        super().__init__()
-        self.delay_s = delay_s
-        self.batches: list[int] = []
-        self.started = threading.Event()
-
-    def generate(self, requests, params):
-        self.started.set()
-        self.batches.append(len(requests))
-        time.sleep(self.delay_s)
-        return super().generate(requests, params)
 
 
 def data_url(size=(8, 8), colour=(200, 30, 30)) -> str:
@@ -149,7 +133,7 @@ def test_get_reward_groups_by_prompt_and_images(client):
         ("P1:", "score=2", None, [red]),
         ("P2:", "score=1", "score=5", []),  # alone, with a label: pairwise against it
         ("P1:", "score=8", None, [red]),
-        ("P3:", "score=9", None, []),  # alone, no label: 0.5 and a note
+        ("P3:", "score=9", "", []),  # alone, empty label (OpenRLHF's "none"): unscored, neutral 0.5, a note
         ("P1:", "score=8", None, [blue]),  # same prompt, other image: another group (alone, no label)
         ("P1:", "score=3", None, [red]),
         *[("P4:", r, None, None) for r in big],  # 10 > 8 options: round-robin tournament
@@ -159,6 +143,7 @@ def test_get_reward_groups_by_prompt_and_images(client):
         "prompts": [p for p, _, _, _ in rows],
         "labels": [label for _, _, label, _ in rows],
         "images": [imgs for _, _, _, imgs in rows],
+        "tournament": "round_robin",
     }
     response = client.post("/get_reward", json=body)
     assert response.status_code == 200, response.text
@@ -167,9 +152,11 @@ def test_get_reward_groups_by_prompt_and_images(client):
     assert got["rewards"] == pytest.approx(expected)
     assert got["scores"] == got["rewards"]
     logs = got["extra_logs"]
-    assert logs["judge_ungraded"][:6] == [0, 0, 0, 1, 1, 0]
+    assert logs["judge_scored"][:6] == [1, 1, 1, 0, 0, 1]
     assert logs["judge_group_size"][:6] == [3, 1, 3, 1, 1, 3] and logs["judge_group_size"][6] == 10
     assert any("no other response" in note for note in got["notes"])
+    metrics = client.get("/metrics").text
+    assert 'mrjudge_rewards_total{endpoint="/get_reward",outcome="no_reference"} 2' in metrics
 
 
 def test_health_is_open_and_metrics_count_requests(client):

@@ -23,7 +23,7 @@ ITEM = {
     "id": "q1",
     "question": "What colour is the image?",
     "candidates": ["It is red.", "It is blue."],
-    "images": [data_url((84, 84))],
+    "image": [data_url((84, 84))],
 }
 
 

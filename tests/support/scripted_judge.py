@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import string
+import threading
+import time
 
 from judge.backends.base import Generation
 
@@ -38,3 +40,25 @@ class RuleJudgeBackend:
             best = max(range(len(scores)), key=lambda i: (scores[i], -i))
             out.append(Generation(text=f"<think>highest score</think><answer>{string.ascii_uppercase[best]}</answer>"))
         return out
+
+
+class SlowRuleBackend(RuleJudgeBackend):
+    """The rule judge, slowed down, recording the size of every backend batch (in chat requests).
+
+    With a small judge `batch_size`, a request that expands to many items becomes a long job of many
+    backend calls: what cancellation and shutdown tests need.
+    """
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.batches: list[int] = []
+        self.image_sizes: list[tuple[int, int]] = []
+        self.started = threading.Event()
+
+    def generate(self, requests, params):
+        self.started.set()
+        self.batches.append(len(requests))
+        self.image_sizes.extend(image.size for request in requests for image in request.images)
+        time.sleep(self.delay_s)
+        return super().generate(requests, params)

@@ -26,7 +26,8 @@ Args:
     categories: list of str, the items' `Category`.
     seed: int, seeds the coin flips for unparsed items (default 0).
 Returns:
-    overall_accuracy, accuracy_<category>, n, unparsed.
+    overall_accuracy, accuracy_<category>, the leaderboard columns (accuracy_reasoning and accuracy_safety merged),
+    n, unparsed, and per accuracy *_ci95_low/high, *_unparsed_wrong, *_unparsed_coin.
 """
 
 

@@ -24,7 +24,9 @@ Args:
     references: list of int, the preferred response index.
     ids: list of str, VL-RewardBench ids (their prefix gives the source and group).
 Returns:
-    overall_accuracy, macro_accuracy, accuracy_{general,hallucination,reasoning}, accuracy_<source>, n, unparsed.
+    overall_accuracy, macro_accuracy, accuracy_{general,hallucination,reasoning}, accuracy_<source>, n, unparsed,
+    each accuracy's seeded 95 % bootstrap interval (*_ci95_low/high), and overall/macro with unparsed items
+    counted wrong (*_unparsed_wrong) or as half a point (*_unparsed_coin). Repeated ids are separate rows.
 Example:
     metric = evaluate.load(eval.metrics.module_path("vl_rewardbench"))
     metric.compute(predictions=[0, 1], references=[0, 0], ids=["RLAIF-V_1", "mmmu_2"])["overall_accuracy"]  # 0.5

@@ -1,0 +1,279 @@
+"""The judge as the reward in TRL, verl and OpenRLHF, against a real `mrjudge serve` on loopback.
+
+The server is the CLI in a subprocess over the tiny parrot judge (a trained tiny VLM; its rewards come from
+option-letter log-probs, so they move with everything in its context, images included). The integration
+files are loaded by path, as the frameworks load them (`importlib.util.spec_from_file_location`: OpenRLHF's
+`SingleTurnAgentExecutor` under the name "reward_func", verl's `load_extern_object` under a derived name),
+with the server address and key from the environment, as `mrjudge serve` prints them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from judge.reward_fn import JudgeRewardFunction
+from judge.rewarding import NEUTRAL_REWARD
+
+KEY = "integration-key"
+QUESTION = "What colour is the picture?"
+RESPONSES = ["It is red.", "It is blue.", "It is green, I think.", "Red."]
+SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+VLM_PROMPT = f"{SYSTEM}<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+TEXT_PROMPT = f"{SYSTEM}<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+pytestmark = pytest.mark.slow  # a model server in a subprocess, generating on CPU: about a minute in all
+
+PADS = 16
+"""How many `<|image_pad|>` tokens the policy's processor expanded the placeholder to (OpenRLHF's query)."""
+
+
+def vlm_query(response: str) -> str:
+    """What OpenRLHF decodes for a VLM policy: the placeholder expanded, the response ending in <|im_end|>."""
+    expanded = VLM_PROMPT.replace("<|image_pad|>", "<|image_pad|>" * PADS)
+    return f"{expanded}{response}<|im_end|>"
+
+
+def load_by_path(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("allowed-images")
+    Image.new("RGB", (28, 28), (220, 20, 20)).save(root / "red.png")
+    Image.new("RGB", (28, 28), (20, 20, 220)).save(root / "blue.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def serve(parrot_dir, images, tmp_path_factory):
+    """`mrjudge serve` on a free port (--port 0) with groups of 4; yields (usage text, base URL)."""
+    log = tmp_path_factory.mktemp("serve") / "out.txt"
+    command = [sys.executable, "-m", "scripts.cli", "serve", "--model", str(parrot_dir), "--device", "cpu"]
+    command += ["--port", "0", "--api-key", KEY, "--max-new-tokens", "24", "--log-level", "warning"]
+    command += ["--group-size", "4", "--group-wait-s", "2", "--allow-local-images", str(images), "--max-wait-ms", "1"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while "--reward.remote_url" not in log.read_text():
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "mrjudge serve printed no usage lines"
+            time.sleep(0.2)
+        usage = log.read_text()
+        url = re.search(r"server on (http://\S+)", usage).group(1)
+        while True:  # the usage is printed once bound; wait until it answers
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        yield usage, url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+@pytest.fixture
+def env(serve, monkeypatch):
+    """The environment the usage lines tell a training job to set."""
+    usage, url = serve
+    monkeypatch.setenv("MRJUDGE_REWARD_URL", url)
+    monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", KEY)
+    return usage, url
+
+
+def _paths(usage: str) -> tuple[str, str]:
+    verl_path = re.search(r"custom_reward_function\.path=(\S+)", usage).group(1)
+    openrlhf_path = re.search(r"--reward\.remote_url (\S+\.py)", usage).group(1)
+    return verl_path, openrlhf_path
+
+
+def _post(url: str, path: str, body: dict) -> dict:
+    response = httpx.post(f"{url}{path}", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _concurrently(fn, args_list: list) -> list:
+    """Call `fn(*args)` for each args from its own thread, as OpenRLHF's executor does per sample."""
+    out: list = [None] * len(args_list)
+
+    def run(i: int) -> None:
+        out[i] = fn(*args_list[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args_list))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return out
+
+
+def _metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+# -- the start-up lines --------------------------------------------------------------------------------------
+
+
+def test_serve_prints_the_lines_for_trl_verl_and_openrlhf(serve):
+    usage, url = serve
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":0")  # the port really bound
+    assert f'AsyncJudgeRewardFunction(server_url="{url}")' in usage
+    assert f"export MRJUDGE_REWARD_URL={url}" in usage and "MRJUDGE_SERVER_API_KEY" in usage
+    verl_path, openrlhf_path = _paths(usage)
+    assert Path(verl_path).is_file() and Path(openrlhf_path).is_file()
+    assert "custom_reward_function.name=compute_score_batch reward_model.reward_manager=batch" in usage
+    assert "--rollout.n_samples_per_prompt 4" in usage
+
+
+# -- OpenRLHF ------------------------------------------------------------------------------------------------
+
+
+def test_openrlhf_one_sample_requests_form_a_listwise_group(env):
+    _, url = env
+    bodies = [
+        ([{"query": [TEXT_PROMPT + r + "<|im_end|>"], "prompts": [TEXT_PROMPT], "labels": [""]}]) for r in RESPONSES
+    ]
+    answers = _concurrently(lambda body: _post(url, "/get_reward", body), bodies)
+    rewards = [a["rewards"][0] for a in answers]
+    assert sum(rewards) == pytest.approx(1.0, abs=1e-5)  # one listwise verdict shared by the 4 samples
+    assert all(
+        a["extra_logs"]["judge_group_size"] == [4.0] and a["extra_logs"]["judge_scored"] == [1.0] for a in answers
+    )
+    direct = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES})  # template and <|im_end|> gone
+    assert rewards == pytest.approx(direct["rewards"], abs=1e-6)
+
+
+def test_openrlhf_vlm_queries_with_expanded_placeholders_and_images_in_the_label(env):
+    _, url = env
+    images_before = _metric(url, "mrjudge_reward_images_total")
+    label = '{"images": ["red.png"]}'
+    bodies = [[{"query": [vlm_query(r)], "prompts": [VLM_PROMPT], "labels": [label]}] for r in RESPONSES]
+    rewards = [a["rewards"][0] for a in _concurrently(lambda b: _post(url, "/get_reward", b), bodies)]
+    direct = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES, "images": ["red.png"]})
+    assert rewards == pytest.approx(direct["rewards"], abs=1e-6)  # split at the prompt despite 16 pads
+    assert _metric(url, "mrjudge_reward_images_total") >= images_before + 4  # the label's image was judged
+    # The image reaches the judge: another picture moves the parrot's log-probs, so the rewards.
+    blue = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES, "images": ["blue.png"]})
+    assert blue["rewards"] != pytest.approx(direct["rewards"], abs=1e-6)
+
+
+def test_openrlhf_py_route_and_the_empty_label_rule(env):
+    usage, url = env
+    module = load_by_path(_paths(usage)[1], "reward_func")  # as SingleTurnAgentExecutor loads it
+    calls = [([vlm_query(r)], [VLM_PROMPT], ['{"images": ["red.png"]}']) for r in RESPONSES]
+    got = _concurrently(module.reward_func, calls)
+    direct = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES, "images": ["red.png"]})
+    assert [float(g["rewards"][0]) for g in got] == pytest.approx(direct["rewards"], abs=1e-6)
+    assert all(
+        set(g) == {"rewards", "scores", "extra_logs"} and float(g["extra_logs"]["judge_scored"][0]) == 1 for g in got
+    )
+
+    # Alone with an empty label: nothing to compare with. After --group-wait-s, the neutral reward, flagged.
+    unscored_before = _metric(url, 'mrjudge_rewards_total{endpoint="/get_reward",outcome="no_reference"}')
+    [lone] = _concurrently(module.reward_func, [([TEXT_PROMPT + "Blue.<|im_end|>"], [TEXT_PROMPT], [""])])
+    assert float(lone["rewards"][0]) == NEUTRAL_REWARD and float(lone["extra_logs"]["judge_scored"][0]) == 0
+    assert _metric(url, 'mrjudge_rewards_total{endpoint="/get_reward",outcome="no_reference"}') == unscored_before + 1
+    # Alone with a reference label: judged pairwise against it.
+    [paired] = _concurrently(module.reward_func, [([TEXT_PROMPT + "Blue.<|im_end|>"], [TEXT_PROMPT], ["It is blue."])])
+    assert float(paired["extra_logs"]["judge_scored"][0]) == 1
+    direct = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": ["Blue."], "reference": "It is blue."})
+    assert float(paired["rewards"][0]) == pytest.approx(direct["rewards"][0], abs=1e-6)
+
+
+def test_openrlhf_py_route_without_a_server_is_neutral_and_flagged(env, monkeypatch):
+    usage, _ = env
+    module = load_by_path(_paths(usage)[1], "reward_func")
+    monkeypatch.setattr(module, "RETRIES", 0)
+    monkeypatch.setenv("MRJUDGE_REWARD_URL", "http://127.0.0.1:9")  # discard port: connection refused
+    got = module.reward_func([TEXT_PROMPT + "Red."], [TEXT_PROMPT], [""])
+    assert float(got["rewards"][0]) == NEUTRAL_REWARD and float(got["extra_logs"]["judge_failed"][0]) == 1
+
+
+# -- verl ----------------------------------------------------------------------------------------------------
+
+
+def test_verl_per_sample_against_the_reference_or_unscored(env):
+    usage, url = env
+    verl = load_by_path(_paths(usage)[0], f"custom_module_{hash(_paths(usage)[0])}")  # as load_extern_object
+    extra = {"question": QUESTION, "images": ["red.png"], "index": 3}
+    scored = verl.compute_score(data_source="colours", solution_str="Red.", ground_truth="It is red.", extra_info=extra)
+    direct = _post(
+        url, "/v1/reward", {"prompt": QUESTION, "responses": ["Red."], "reference": "It is red.", "images": ["red.png"]}
+    )
+    assert scored == {
+        "score": pytest.approx(direct["rewards"][0], abs=1e-6),
+        "judge_scored": 1.0,
+        "judge_group_size": 1.0,
+    }
+    # No reference: never judged against "", the neutral value, flagged (verl has no skip).
+    lone = verl.compute_score(data_source="colours", solution_str="Red.", ground_truth="", extra_info=extra)
+    assert lone == {"score": NEUTRAL_REWARD, "judge_scored": 0.0, "judge_group_size": 1.0}
+    with pytest.raises(ValueError, match=r"extra_info\['question'\]"):
+        verl.compute_score(data_source="colours", solution_str="Red.", ground_truth="", extra_info={})
+
+
+def test_verl_batch_scores_each_prompts_rollouts_listwise(env):
+    usage, url = env
+    verl = load_by_path(_paths(usage)[0], "custom_module_batch")
+    red, other = {"question": QUESTION, "images": ["red.png"]}, {"question": "Is it dark?"}
+    solutions = [RESPONSES[0], "Yes.", RESPONSES[1], RESPONSES[2], "No.", RESPONSES[3]]
+    extras = [red, other, red, red, other, red]  # verl interleaves nothing, but order must not matter
+    got = verl.compute_score_batch(
+        data_sources=["colours"] * 6, solution_strs=solutions, ground_truths=[""] * 6, extra_infos=extras
+    )
+    direct = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES, "images": ["red.png"]})
+    assert [got[i]["score"] for i in (0, 2, 3, 5)] == pytest.approx(direct["rewards"], abs=1e-6)
+    assert [g["judge_group_size"] for g in got] == [4.0, 2.0, 4.0, 4.0, 2.0, 4.0]
+    assert got[1]["score"] + got[4]["score"] == pytest.approx(1.0, abs=1e-5) and all(
+        g["judge_scored"] == 1 for g in got
+    )
+
+
+# -- one planner: the same inputs, the same rewards --------------------------------------------------------
+
+
+def test_trl_verl_openrlhf_and_v1_reward_agree(env, images):
+    usage, url = env
+    verl_path, openrlhf_path = _paths(usage)
+    v1 = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES, "images": ["red.png"]})["rewards"]
+    # TRL: a conversational prompt with the image in the dataset's column, sent as a PNG data URL.
+    trl = JudgeRewardFunction(server_url=url, api_key=KEY, image_root=str(images))
+    prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+    from_trl = trl([prompt] * 4, [[{"role": "assistant", "content": r}] for r in RESPONSES], images=[["red.png"]] * 4)
+    trl.close()
+    from_verl = [
+        d["score"]
+        for d in load_by_path(verl_path, "custom_module_same").compute_score_batch(
+            data_sources=["x"] * 4, solution_strs=RESPONSES, ground_truths=[""] * 4,
+            extra_infos=[{"question": QUESTION, "images": ["red.png"]}] * 4,
+        )
+    ]  # fmt: skip
+    openrlhf = load_by_path(openrlhf_path, "reward_func")
+    calls = [([vlm_query(r)], [VLM_PROMPT], ['{"images": ["red.png"], "reference": null}']) for r in RESPONSES]
+    from_openrlhf = [float(d["rewards"][0]) for d in _concurrently(openrlhf.reward_func, calls)]
+    assert len(set(v1)) > 1  # a real spread, not a uniform fallback
+    for other in (from_trl, from_verl, from_openrlhf):
+        assert other == pytest.approx(v1, abs=1e-6)
