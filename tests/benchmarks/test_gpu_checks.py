@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_cpu_mode_runs_every_part_and_writes_its_files(tmp_path):
-    # About a minute of CPU time; the budget is the script's own guard, generous for a loaded machine (it took
-    # 5 minutes of wall time with ~8 other jobs on the same 2 cores).
+    # ~55 s here with other jobs on the same 2 cores; the budget is the script's own guard, generous so a
+    # loaded machine still finishes every part (it took 5 minutes under a load of 17).
     proc = subprocess.run(
         [sys.executable, "benchmarks/gpu_checks.py", "--device", "cpu", "--out", str(tmp_path), "--budget-s", "420"],
         cwd=ROOT,
