@@ -53,6 +53,7 @@ the store writes the adapter in the dtype it was trained in — float32 under PE
 
     python benchmarks/adapter_handoff.py                  # the >= 1B model (minutes; ~11 GB peak RAM)
     OMP_NUM_THREADS=1 python benchmarks/adapter_handoff.py --small --repeats 2   # plumbing check, seconds
+    python benchmarks/adapter_handoff.py --shape 4b --device cuda   # on a GPU (benchmarks/gpu_checks.py runs it)
 
 Prints one JSON line.
 """
@@ -86,6 +87,7 @@ TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 # Qwen2 shapes: hidden, layers, heads, kv heads, intermediate, vocab (embeddings untied in all three).
 SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
     "1b": (2048, 20, 16, 4, 5504, 32000),  # 1.02e9 parameters
+    "4b": (2560, 36, 32, 8, 9728, 151936),  # Qwen3-4B's widths in Qwen2 layers: 4.06e9 parameters (GPU runs)
     "small": (256, 4, 4, 2, 688, 4096),  # for development runs
     "7b": (3584, 28, 28, 4, 18944, 152064),  # Qwen2.5-7B, the text side of Qwen2.5-VL-7B
 }
@@ -113,14 +115,14 @@ def qwen2_config(shape: str) -> Any:
     return config
 
 
-def build_base(shape: str, seed: int) -> Any:
+def build_base(shape: str, seed: int, device: str = "cpu") -> Any:
     """The model with uninitialised storage, then filled from a seeded generator in bf16 (seconds, not minutes)."""
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    with no_init_weights():
+    with no_init_weights(), torch.device(device):
         model = AutoModelForCausalLM.from_config(qwen2_config(shape), dtype=torch.bfloat16)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -156,7 +158,7 @@ def count_7b(rank: int) -> dict[str, int]:
 def train_step(peft_model: Any, optimizer: Any, tokens: int, vocab: int, seed: int) -> float:
     """One AdamW step of next-token loss on random tokens: a real, non-trivial change to the adapter."""
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (1, tokens), generator=generator)
+    ids = torch.randint(0, vocab, (1, tokens), generator=generator).to(next(peft_model.parameters()).device)
     peft_model.train()
     loss = peft_model(input_ids=ids, labels=ids).loss
     loss.backward()
@@ -182,6 +184,12 @@ def merged_state_dict(peft_model: Any, adapter: str = "default") -> dict[str, An
                 lora_b = module.lora_B[adapter].weight.to(base.weight.dtype)
                 state[f"{name}.weight"] = torch.addmm(base.weight, lora_b, lora_a, alpha=module.scaling[adapter])
     return state
+
+
+def sync() -> None:
+    """Wait for queued GPU work, so each phase's time is its own (CUDA runs asynchronously); no-op on CPU."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def fsync_path(path: Path) -> None:
@@ -219,10 +227,12 @@ def handoff_adapter(
 
     Returns the phase timings, the revision's bytes, the answer text and the revision's ref.
     """
+    sync()
     t0 = time.perf_counter()
     revision = store.save(POLICY, trainer, base_fingerprint=fingerprint, step=step, parent=parent)
     t1 = time.perf_counter()
     name = pool.ensure_loaded(pool.resolve(f"{POLICY}@latest"))
+    sync()
     t2 = time.perf_counter()
     answer = pool.backend.generate([dataclasses.replace(request, adapter=name)], sampling)[0].text
     t3 = time.perf_counter()
@@ -239,8 +249,10 @@ def handoff_full(
     """
     from safetensors.torch import load_file, save_file
 
+    sync()
     t0 = time.perf_counter()
     state = merged_state_dict(trainer)
+    sync()
     merged = time.perf_counter()
     save_file(state, str(path), metadata={"format": "pt"})
     del state
@@ -251,6 +263,7 @@ def handoff_full(
     loaded = load_file(str(path))
     serving.load_state_dict(loaded, strict=True)
     del loaded
+    sync()
     t2 = time.perf_counter()
     answer = backend.generate([request], sampling)[0].text
     t3 = time.perf_counter()
@@ -268,7 +281,7 @@ def peak_rss_gib() -> float:
     return int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 2**20
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="hand-offs of each kind (medians are reported)")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank of the measured adapter")
@@ -276,13 +289,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-tokens", type=int, default=16, help="random tokens per AdamW step")
     parser.add_argument("--lr", type=float, default=1e-2, help="AdamW learning rate (large enough to be visible)")
     parser.add_argument("--small", action="store_true", help="a tiny model for development (no >= 1B check)")
+    parser.add_argument("--shape", choices=sorted(set(SHAPES) - {"7b"}), help="model shape (default: 1b; small)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]: where all three models live")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp dir, removed)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.small and args.shape not in (None, "small"):
+        parser.error(f"--small contradicts --shape {args.shape}")
+    args.shape = "small" if args.small else (args.shape or "1b")
+    return args
 
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole measurement (set-up, hand-offs, checks) on `args.device`; returns the JSON record."""
     from peft import get_peft_model
 
     began = time.perf_counter()
@@ -294,10 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         # -- set-up (untimed): one base, three resident copies --------------------------------------------------
-        shape = "small" if args.small else "1b"
-        base = build_base(shape, args.seed)
+        shape = args.shape
+        base = build_base(shape, args.seed, args.device)
         params = sum(p.numel() for p in base.parameters())
-        if not args.small and params < 1_000_000_000:
+        if shape != "small" and params < 1_000_000_000:
             raise SystemExit(f"the measured model has {params:,} parameters; the benchmark needs at least 1e9")
         vocab = base.config.vocab_size
         serving_adapter = copy.deepcopy(base)
@@ -318,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         request = ChatRequest.user(PROMPT)
         sampling = SamplingParams(max_new_tokens=args.answer_tokens, temperature=0.0)
         text = tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-        prompt_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        prompt_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(args.device)
         for backend in (backend_a, backend_b):  # warm-up: thread pools, kernels
             backend.generate([request], sampling)
 
@@ -391,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         record = {
             "benchmark": "adapter_handoff",
             "model_shape": shape,
+            "device": args.device,
             "params_measured": params,
             "rank": args.rank,
             "adapter_dtype": adapter_dtype,
@@ -427,13 +450,18 @@ def main(argv: list[str] | None = None) -> int:
             "threads": torch.get_num_threads(),
             "load_avg_1m_at_start": round(load_avg, 2),
             "peak_rss_gib": round(peak_rss_gib(), 2),
+            "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if "cuda" in args.device else None,
             "setup_s": round(setup_s, 1),
             "wall_s": round(time.perf_counter() - began, 1),
         }
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(record), flush=True)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(json.dumps(measure(parse_args(argv))), flush=True)
     return 0
 
 

@@ -5,9 +5,13 @@ like: transformers batched (`--batch-size` items per `generate`), transformers o
 `vllm serve` (started from the vLLM venv, see `scripts/vllm_env.sh`) reached through the OpenAI-compatible
 backend with every request in flight at once, which is how synthesis and evaluation use it.
 
+Equal work (`benchmarks/equal_work.py`): every call on every engine generates exactly `--max-new-tokens`
+tokens (transformers `min_new_tokens`, vLLM `min_tokens` + `ignore_eos`), and the tokens each engine
+generated are counted (transformers: its `generate` outputs; vLLM: its `/metrics` counter) and reported
+with tokens/s. Without that a random judge stops wherever it writes EOS, and the sides do unequal work.
+
 - CPU (default): the `tiny32` judge (randomly initialised tiny Qwen2.5-VL; vLLM's CPU attention needs heads at
-  least 32 wide, so not `tiny`), float32 on both engines. A random judge never stops early: every call
-  generates exactly `--max-new-tokens` tokens, a fixed and repeatable workload.
+  least 32 wide, so not `tiny`), float32 on both engines.
 - GPU: `--shape qwen2.5-vl-7b` builds a model with Qwen2.5-VL-7B's config (random weights: transformers
   initialises them on the GPU, vLLM uses `--load-format dummy`), bfloat16, with the real image processor's
   pixel range; `--image-size` sets the picture side. Run it where a CUDA build of vLLM is installed
@@ -17,12 +21,14 @@ backend with every request in flight at once, which is how synthesis and evaluat
     python benchmarks/judge_throughput.py --shape qwen2.5-vl-7b --items 256 --image-size 448 --batch-size 32
 
 Prints one JSON line with `hf_batched_items_per_s`, `hf_single_items_per_s` and `vllm_items_per_s`
-(null, with `vllm_error`, when vLLM cannot run here).
+(null, with `vllm_error`, when vLLM cannot run here), each side's `*_tokens` and `*_tokens_per_s`,
+`expected_tokens` (items x orders x max_new_tokens) and `tokens_equal` (every side generated exactly that).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -33,15 +39,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from PIL import Image
 
-from judge.backends.hf import TransformersBackend
-from judge.judging import Judge, JudgeConfig
-from judge.models import LoadedModel, load_model, load_processor
-from judge.tiny import build_tiny_model
-from judge.types import MCItem
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/judge_throughput.py` puts benchmarks/ first, not the root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter, vllm_extra_body, vllm_generation_tokens  # noqa: E402
+from judge.backends.hf import TransformersBackend  # noqa: E402
+from judge.judging import Judge, JudgeConfig  # noqa: E402
+from judge.models import LoadedModel, load_model, load_processor  # noqa: E402
+from judge.tiny import build_tiny_model  # noqa: E402
+from judge.types import MCItem  # noqa: E402
 
 # Qwen2.5-VL-7B-Instruct's config.json (text and vision towers), for `--shape qwen2.5-vl-7b`.
 QWEN2_5_VL_7B = dict(
@@ -87,11 +99,40 @@ def make_items(n: int, seed: int, image_size: int = 84) -> list[MCItem]:
     ]
 
 
-def items_per_s(judge: Judge, items: list[MCItem]) -> float:
+@dataclasses.dataclass
+class Rate:
+    """One engine's timed run: items and generated tokens over the same wall time."""
+
+    items: int
+    tokens: int
+    seconds: float
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items / self.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+def timed_select(judge: Judge, items: list[MCItem], tokens: Any) -> Rate:
+    """Warm up on two items, then time `judge.select(items)`; `tokens()` reads the engine's token count."""
     judge.select(items[:2])  # warm-up: first-call allocations, lazy vocab scans, kernel selection
+    before = tokens()
     start = time.perf_counter()
     judge.select(items)
-    return len(items) / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return Rate(len(items), int(tokens() - before), seconds)
+
+
+def hf_rate(loaded: LoadedModel, items: list[MCItem], config: dict, batch_size: int) -> Rate:
+    """Transformers throughput at the forced length (`batch_size` items per call; 1 = one at a time)."""
+    judge = Judge(
+        TransformersBackend(loaded, max_batch_size=2 * batch_size), JudgeConfig(batch_size=batch_size, **config)
+    )
+    with GenerateCounter(loaded.model, config["max_new_tokens"]) as counter:
+        return timed_select(judge, items, lambda: counter.tokens)
 
 
 def _write_7b_folder(folder: Path, layers: int | None, seed: int) -> Path:
@@ -159,7 +200,7 @@ def _vllm_command(spec: str | None) -> list[str]:
         raise
 
 
-def vllm_items_per_s(folder: Path, items: list[MCItem], config: dict, args, log: Path) -> float:
+def vllm_rate(folder: Path, items: list[MCItem], config: dict, args, log: Path) -> Rate:
     from judge.backends.openai_http import OpenAIBackend
     from scripts.vllm_local import serve
 
@@ -172,9 +213,10 @@ def vllm_items_per_s(folder: Path, items: list[MCItem], config: dict, args, log:
     else:
         serve_args += ["--dtype", "float32"]
     with serve(folder, venv=venv, served_name="judge", args=serve_args, log_path=log, startup_timeout=900) as url:
-        backend = OpenAIBackend(url, max_concurrency=2 * len(items), timeout=600)
+        extra = vllm_extra_body(config["max_new_tokens"])
+        backend = OpenAIBackend(url, max_concurrency=2 * len(items), timeout=600, extra_body=extra)
         judge = Judge(backend, JudgeConfig(batch_size=len(items), **config))
-        return items_per_s(judge, items)
+        return timed_select(judge, items, lambda: vllm_generation_tokens(url))
 
 
 def main() -> None:
@@ -209,14 +251,9 @@ def main() -> None:
             write_stock_processor_config(folder)  # vLLM loads the stock Qwen2.5-VL processor
             loaded = load_model(str(folder), device=device)
             model_name = f"{args.size} Qwen2.5-VL (random init, float32)"
-        batched = Judge(
-            TransformersBackend(loaded, max_batch_size=2 * args.batch_size),
-            JudgeConfig(batch_size=args.batch_size, **config),
-        )
-        single = Judge(TransformersBackend(loaded, max_batch_size=1), JudgeConfig(batch_size=1, **config))
-        hf_batched = items_per_s(batched, items)
-        hf_single = items_per_s(single, items)
-        del batched, single, loaded
+        hf_batched = hf_rate(loaded, items, config, args.batch_size)
+        hf_single = hf_rate(loaded, items, config, 1)
+        del loaded
         gc.collect()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -224,11 +261,12 @@ def main() -> None:
         vllm, vllm_error = None, None
         if not args.no_vllm:
             try:
-                vllm = vllm_items_per_s(folder, items, config, args, Path(tmp) / "vllm.log")
+                vllm = vllm_rate(folder, items, config, args, Path(tmp) / "vllm.log")
             except Exception as exc:  # noqa: BLE001 - reported in the JSON line, the HF columns still stand
                 vllm_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 print(f"vLLM run failed:\n{exc}", file=sys.stderr)
 
+    expected = args.items * config["orders"] * args.max_new_tokens
     row = {
         "benchmark": "judge_throughput",
         "model": model_name,
@@ -236,15 +274,24 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "machine": platform.machine(),
         "items": args.items,
-        "orders": 2,
+        "orders": config["orders"],
         "max_new_tokens": args.max_new_tokens,
         "image_size": args.image_size,
         "batch_items": args.batch_size,
-        "hf_batched_items_per_s": round(hf_batched, 3),
-        "hf_single_items_per_s": round(hf_single, 3),
-        "vllm_items_per_s": None if vllm is None else round(vllm, 3),
-        "batched_speedup": round(hf_batched / hf_single, 2),
-        "vllm_speedup_over_hf_batched": None if vllm is None else round(vllm / hf_batched, 2),
+        "equal_work": FORCED_LENGTH,
+        "expected_tokens": expected,
+        "hf_batched_items_per_s": round(hf_batched.items_per_s, 3),
+        "hf_single_items_per_s": round(hf_single.items_per_s, 3),
+        "vllm_items_per_s": None if vllm is None else round(vllm.items_per_s, 3),
+        "hf_batched_tokens": hf_batched.tokens,
+        "hf_single_tokens": hf_single.tokens,
+        "vllm_tokens": None if vllm is None else vllm.tokens,
+        "hf_batched_tokens_per_s": round(hf_batched.tokens_per_s, 1),
+        "hf_single_tokens_per_s": round(hf_single.tokens_per_s, 1),
+        "vllm_tokens_per_s": None if vllm is None else round(vllm.tokens_per_s, 1),
+        "tokens_equal": all(r.tokens == expected for r in (hf_batched, hf_single, vllm) if r is not None),
+        "batched_speedup": round(hf_batched.tokens_per_s / hf_single.tokens_per_s, 2),
+        "vllm_speedup_over_hf_batched": None if vllm is None else round(vllm.tokens_per_s / hf_batched.tokens_per_s, 2),
     }
     if device == "cpu" and vllm is not None:
         row["vllm_cpu_threads"] = "1 (vLLM's CPU engine binds one core and leaves one for its API server)"

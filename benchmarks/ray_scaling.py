@@ -25,17 +25,23 @@ import argparse
 import filecmp
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from data_synthesis.pipeline import run_negatives
-from data_synthesis.world import write_world
-from judge.backends.spec import ModelSpec
-from judge.engine import Engine, LocalEngine, RayConfig, RayEngine
-from judge.tiny import build_tiny_model
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/ray_scaling.py` puts benchmarks/ first, not the root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.equal_work import force_in_folder  # noqa: E402
+from data_synthesis.pipeline import run_negatives  # noqa: E402
+from data_synthesis.world import write_world  # noqa: E402
+from judge.backends.spec import ModelSpec  # noqa: E402
+from judge.engine import Engine, LocalEngine, RayConfig, RayEngine  # noqa: E402
+from judge.tiny import build_tiny_model  # noqa: E402
 
 
 class Clocked:
@@ -80,6 +86,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         model = build_tiny_model(folder / "model", seed=args.seed, size=args.size)
+        force_in_folder(model, args.max_new_tokens)  # every call, in every process, generates max_new_tokens
         world, scene_world = folder / "world", folder / "scene-world"
         write_world(args.items, args.seed, world)
         write_world(args.scene_items, args.seed, scene_world, size=56)
@@ -130,6 +137,8 @@ def main() -> None:
         scene_items=args.scene_items,
         local_torch_threads=args.cpus,
         ray_threads_per_worker=1,
+        equal_work="every call generates exactly max_new_tokens tokens (min_new_tokens in the model folder's "
+        "generation_config.json, read by every worker); outputs_equal: every engine wrote the same negatives",
     )
     print(json.dumps(results))
 

@@ -550,8 +550,13 @@ def main() -> None:
     if not args.skip_throughput:
         from judge.tiny import build_tiny_model
 
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from benchmarks.equal_work import force_in_folder
+
         with tempfile.TemporaryDirectory() as folder:
             model_dir = str(build_tiny_model(folder, size=args.size, seed=0))
+            force_in_folder(model_dir, args.max_new_tokens)  # every call generates exactly max_new_tokens
             batched = throughput_run(model_dir, args, batching=True)
             unbatched = throughput_run(model_dir, args, batching=False)
         result.update(
@@ -564,6 +569,10 @@ def main() -> None:
                 "batched_judgments_per_s": round(batched["judgments_per_s"], 2),
                 "unbatched_judgments_per_s": round(unbatched["judgments_per_s"], 2),
                 "ratio": round(batched["judgments_per_s"] / max(unbatched["judgments_per_s"], 1e-9), 2),
+                "equal_work": "every call generates exactly max_new_tokens tokens (min_new_tokens in the served "
+                "model's generation_config.json); tokens = judgments x 2 orders x max_new_tokens",
+                "batched_tokens_per_s": round(batched["judgments_per_s"] * 2 * args.max_new_tokens, 1),
+                "unbatched_tokens_per_s": round(unbatched["judgments_per_s"] * 2 * args.max_new_tokens, 1),
                 "p50_ms": round(batched["p50_ms"], 1),
                 "p99_ms": round(batched["p99_ms"], 1),
                 "unbatched_p50_ms": round(unbatched["p50_ms"], 1),

@@ -1,38 +1,49 @@
 """Negatives per second through the transformers backend on the tiny model: batched vs one at a time.
 
 Both runs synthesise negatives for the same synthetic-world records, with the same settings, in one
-process. The generator is a randomly initialised tiny Qwen2.5-VL, which never stops early, so each call
-costs exactly `--max-new-tokens` tokens: a fixed, repeatable workload.
+process. The generator is a randomly initialised tiny Qwen2.5-VL; every call is forced to generate exactly
+`--max-new-tokens` tokens (`min_new_tokens`, benchmarks/equal_work.py) and the tokens each run generated
+are counted, so both sides do the same, repeatable work.
 
     python benchmarks/synthesis_throughput.py [--items 128] [--batch-size 64] [--max-new-tokens 64]
 
-Prints one JSON line with `batched_items_per_s`, `single_items_per_s` and `ratio`.
+Prints one JSON line with `batched_items_per_s`, `single_items_per_s`, `ratio`, and each run's generated
+`*_tokens` and `*_tokens_per_s` (`tokens_equal`: both runs generated the same number).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from data_synthesis.negatives import ModelNegatives
-from data_synthesis.pipeline import load_rows
-from data_synthesis.world import write_world
-from judge.backends.hf import TransformersBackend
-from judge.models import load_model
-from judge.tiny import build_tiny_model
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/synthesis_throughput.py` puts benchmarks/ first
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter  # noqa: E402
+from data_synthesis.negatives import ModelNegatives  # noqa: E402
+from data_synthesis.pipeline import load_rows  # noqa: E402
+from data_synthesis.world import write_world  # noqa: E402
+from judge.backends.hf import TransformersBackend  # noqa: E402
+from judge.models import load_model  # noqa: E402
+from judge.tiny import build_tiny_model  # noqa: E402
 
 
-def items_per_s(generator: ModelNegatives, rows: list[dict], batch_size: int) -> float:
+def timed(generator: ModelNegatives, rows: list[dict], batch_size: int, counter: GenerateCounter) -> tuple:
+    """Items/s, generated tokens and tokens/s of one run (after a two-row warm-up)."""
     generator(rows[:2])  # warm-up
+    counter.reset()
     start = time.perf_counter()
     for offset in range(0, len(rows), batch_size):
         generator(rows[offset : offset + batch_size])
-    return len(rows) / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return len(rows) / seconds, counter.tokens, counter.tokens / seconds
 
 
 def main() -> None:
@@ -59,8 +70,9 @@ def main() -> None:
         )
         batched = ModelNegatives(TransformersBackend(loaded, max_batch_size=args.batch_size), **settings)
         single = ModelNegatives(TransformersBackend(loaded, max_batch_size=1), **settings)
-        batched_rate = items_per_s(batched, rows, args.batch_size)
-        single_rate = items_per_s(single, rows, 1)
+        with GenerateCounter(loaded.model, args.max_new_tokens) as counter:
+            batched_rate, batched_tokens, batched_tps = timed(batched, rows, args.batch_size, counter)
+            single_rate, single_tokens, single_tps = timed(single, rows, 1, counter)
     print(
         json.dumps(
             {
@@ -72,9 +84,15 @@ def main() -> None:
                 "items": args.items,
                 "batch_size": args.batch_size,
                 "max_new_tokens": args.max_new_tokens,
+                "equal_work": FORCED_LENGTH,
                 "batched_items_per_s": round(batched_rate, 3),
                 "single_items_per_s": round(single_rate, 3),
-                "ratio": round(batched_rate / single_rate, 2),
+                "batched_tokens": batched_tokens,
+                "single_tokens": single_tokens,
+                "batched_tokens_per_s": round(batched_tps, 1),
+                "single_tokens_per_s": round(single_tps, 1),
+                "tokens_equal": batched_tokens == single_tokens,
+                "ratio": round(batched_tps / single_tps, 2),
             }
         )
     )

@@ -62,6 +62,8 @@ class OpenAIBackend:
         top_logprobs: alternatives asked per token (OpenAI allows up to 20); 0 disables log-probs.
         min_pixels, max_pixels: images are resized into this range before they are sent (Qwen's rule: aspect
             kept, sides multiples of 28); unset: sent as they are, and the server's processor decides.
+        extra_body: engine-specific fields sent with every request, e.g. vLLM's `{"min_tokens": 64,
+            "ignore_eos": True}` (the throughput benchmarks force one generation length this way).
     """
 
     name = "openai"
@@ -78,6 +80,7 @@ class OpenAIBackend:
         top_logprobs: int = 20,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
@@ -91,6 +94,7 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.top_logprobs = top_logprobs
         self._logprobs_supported = top_logprobs > 0
+        self.extra_body = dict(extra_body or {})
 
     def _client(self) -> Any:
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
@@ -162,6 +166,7 @@ class OpenAIBackend:
         from openai import BadRequestError
 
         body: dict[str, Any] = dict(
+            **({"extra_body": self.extra_body} if self.extra_body else {}),
             model=request.adapter or self.model_name,
             messages=_with_image_urls(request.messages, request.images, self.pixels),
             max_tokens=params.max_new_tokens,
