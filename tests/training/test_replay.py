@@ -315,7 +315,9 @@ class SavedBytes:
 
         class Held:
             def __init__(self, t: torch.Tensor) -> None:
-                self.t, self.n = t, t.untyped_storage().nbytes()
+                # Detached: a saved *output* held with its grad_fn would be a reference cycle autograd never frees
+                # (the parts of a graph backward does not reach, e.g. the last layer's MLP of a prompt pass).
+                self.t, self.n = t.detach(), t.untyped_storage().nbytes()
                 meter.live += self.n
                 meter.peak = max(meter.peak, meter.live)
 
