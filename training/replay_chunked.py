@@ -44,22 +44,56 @@ from training.replay import (
 __all__ = ["chunk_bounds", "chunked_prompt_backward", "chunked_prompt_state"]
 
 
+class _Append(torch.autograd.Function):
+    """The earlier chunks' keys followed by this chunk's, as a view of the whole-prompt buffer: no copy.
+
+    Forward writes the chunk's keys into its slot of the buffer (the earlier slots already hold the earlier
+    chunks'); backward adds the gradient on the earlier slots straight into their accumulator (no leaf, no
+    prefix-sized gradient) and passes the rest to the chunk's keys.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, new: torch.Tensor, slot: _Slot) -> torch.Tensor:
+        ctx.slot = slot
+        slot.buffer[..., slot.start : slot.end, :].copy_(new)
+        return slot.buffer[..., : slot.end, :]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        slot = ctx.slot
+        if slot.grad is not None and slot.start:
+            slot.grad[..., : slot.start, :] += grad[..., : slot.start, :]
+        return grad[..., slot.start :, :], None
+
+
+@dataclass
+class _Slot:
+    """One layer's keys (or values) buffer for the whole prompt, the chunk's slot in it, and its accumulator."""
+
+    buffer: torch.Tensor
+    start: int
+    end: int
+    grad: torch.Tensor | None = None
+
+
 class _ChunkKVLayer(DynamicLayer):
-    """A full-attention layer over the earlier chunks' keys/values: attends to past + new, records only the new.
+    """A full-attention layer over the earlier chunks' keys/values in the prompt buffer; records the chunk's own.
 
     It never grows, so a checkpointed layer's recomputation sees the same past again.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def __init__(self, keys: _Slot, values: _Slot) -> None:
         super().__init__()
-        self.lazy_initialization(keys, values)
-        self.keys, self.values = keys, values
+        past_k, past_v = keys.buffer[..., : keys.start, :], values.buffer[..., : values.start, :]
+        self.lazy_initialization(past_k, past_v)
+        self.keys, self.values = past_k, past_v  # what the mask's past length is read from
+        self.slots = (keys, values)
         self.new: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         if self.new is None:
             self.new = (key_states, value_states)
-        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+        return _Append.apply(key_states, self.slots[0]), _Append.apply(value_states, self.slots[1])
 
 
 class _ChunkLinearLayer(_ReplayLinearLayer):
@@ -154,7 +188,7 @@ def _run_chunk(policy: _Policy, chunk: _Chunk, past: list[list[torch.Tensor | No
         assert kinds is not None and kernels is not None
         for i, (kind, states) in enumerate(zip(kinds, past)):
             if kind == "kv":
-                cache.layers[i] = _ChunkKVLayer(states[0], states[1])
+                cache.layers[i] = _ChunkKVLayer(states[0], states[1])  # two _Slot
             else:
                 n = len(kernels[i])
                 cache.layers[i] = _ChunkLinearLayer(states[:n], states[n:], kernels[i])
@@ -205,15 +239,19 @@ class ChunkedState:
     offload: torch.device | None = None
     """Where the per-boundary linear states wait between uses (CPU), or None to keep them on the device."""
 
-    def past(self, k: int, device: torch.device, leaves: bool) -> list[list[torch.Tensor | None]] | None:
-        """The state chunk k continues from (None for chunk 0); `leaves`: detached copies that require grad."""
+    def past(self, k: int, device: torch.device, leaves: bool, kv_grad: dict | None = None) -> list[list] | None:
+        """The state chunk k continues from (None for chunk 0): per full-attention layer two `_Slot`s (keys,
+        values; `kv_grad` their accumulators), per linear-attention layer the states at chunk k-1's end
+        (`leaves`: detached copies that require grad)."""
         if k == 0:
             return None
-        start = self.chunks[k].start
-        out: list[list[torch.Tensor | None]] = []
+        chunk = self.chunks[k]
+        out: list[list] = []
         for i, kind in enumerate(self.kinds):
             if kind == "kv":
-                states = [t[..., :start, :] for t in self.kv[i]]
+                grads = kv_grad[i] if kv_grad is not None else [None, None]
+                out.append([_Slot(t, chunk.start, chunk.end, g) for t, g in zip(self.kv[i], grads)])
+                continue
             else:
                 states = [None if t is None else t.to(device, non_blocking=True) for t in self.boundaries[k - 1][i]]
             if leaves:
@@ -251,8 +289,9 @@ def chunked_prompt_state(policy: _Policy, prompt: dict[str, Any], size: int, *, 
         boundary: dict[int, list[torch.Tensor | None]] = {}
         for i, kind in enumerate(kinds):
             if kind == "kv":
-                for full, part in zip(state.kv[i], own[i]):
-                    full[..., chunk.start : chunk.end, :] = part
+                if k == 0:  # later chunks write their keys/values into the buffer themselves (`_Append`)
+                    for full, part in zip(state.kv[i], own[i]):
+                        full[..., chunk.start : chunk.end, :] = part
             else:
                 pin = device.type == "cuda"
                 boundary[i] = [_to(t, state.offload, pin) if k < len(chunks) - 1 else t for t in own[i]]
@@ -280,7 +319,7 @@ def chunked_prompt_backward(policy: _Policy, state: ChunkedState, grads: list[to
     for k in range(len(state.chunks) - 1, -1, -1):
         chunk = state.chunks[k]
         assert chunk.rng is not None
-        past = state.past(k, device, leaves=True)
+        past = state.past(k, device, leaves=True, kv_grad=kv_grad)
         with (
             torch.enable_grad(),
             chunk.rng.replay(),
@@ -303,10 +342,6 @@ def chunked_prompt_backward(policy: _Policy, state: ChunkedState, grads: list[to
         if past is None:
             break
         for i, kind in enumerate(state.kinds):
-            if kind == "kv":
-                for acc, leaf in zip(kv_grad[i], past[i]):
-                    if leaf is not None and leaf.grad is not None:
-                        acc[..., : chunk.start, :] += leaf.grad
-            else:
+            if kind != "kv":  # full-attention layers' earlier chunks were credited by `_Append.backward`
                 linear_grad[i] = [None if leaf is None else leaf.grad for leaf in past[i]]
         del past

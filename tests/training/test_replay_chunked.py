@@ -148,19 +148,18 @@ def test_chunked_lora_dropout_replays_each_chunks_masks(tiny_lm_dir, lm_batch):
     chunked_prompt_backward(policy, state, [w.clone() for w in weights])  # it accumulates into them
     g_chunked = torch.cat([p.grad.flatten() for p in params])
     model.zero_grad(set_to_none=True)
-    # Reference: the chunked forward with autograd end to end (no leaves), each chunk from its recorded RNG state.
-    from training.replay_chunked import _run_chunk
+    # Reference: the stock cache, chunk after chunk with autograd end to end, each from its recorded RNG state.
+    from transformers import DynamicCache
 
-    past, kinds, kernels, parts = None, None, None, []
+    cache = DynamicCache(config=policy.text_config)
     with torch.enable_grad():
         for chunk in state.chunks:
             assert chunk.rng is not None
             with chunk.rng.replay():
-                kinds, kernels, own = _run_chunk(policy, chunk, past, kinds, kernels)
-            parts.append(own)
-            past = [[torch.cat([q[i][j] for q in parts], dim=-2) for j in range(2)] for i in range(len(own))]
-        total = sum((t * w).sum() for t, w in zip([t for layer in past for t in layer], weights))
-        total.backward()
+                policy.backbone(input_ids=chunk.inputs["ids"], position_ids=chunk.inputs["positions"], cache=cache,
+                                use_cache=True)  # fmt: skip
+        full = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        sum((t * w).sum() for t, w in zip(full, weights)).backward()
     g_ref = torch.cat([p.grad.flatten() for p in params])
     model.zero_grad(set_to_none=True)
     assert float((g_chunked - g_ref).norm() / g_ref.norm()) < 1e-10
