@@ -284,3 +284,11 @@ def test_replay_prompt_chunk_must_not_be_negative():
     with pytest.raises(ValueError, match="replay_prompt_chunk must be >= 0"):
         load_config(JudgePolicyGRPOConfig, None, [*base, "replay_prompt_chunk=-4"])
     assert load_config(JudgePolicyGRPOConfig, None, [*base, "replay_prompt_chunk=512"]).replay_prompt_chunk == 512
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_with_prompt_chunks(tiny_lm_dir, tmp_path):
+    """DDP + gradient accumulation 2 with chunked prompts: the same audit as the unchunked DDP test."""
+    from tests.training.test_replay import test_two_ddp_processes_average_replayed_gradients
+
+    test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path, prompt_chunk=8)
