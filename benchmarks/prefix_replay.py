@@ -1,8 +1,9 @@
-"""Exact shared-prompt replay vs the plain batched GRPO loss: peak memory, step time, gradient agreement.
+"""Exact shared-prompt replay (whole and chunked prompt) vs the plain batched GRPO loss: memory, time, gradient.
 
     python benchmarks/prefix_replay.py --quick                  # CPU, ~2-3 min on 2 cores
     python benchmarks/prefix_replay.py                          # CPU default: 8K-token prompt, G = 2, 4, 8, 16
     python benchmarks/prefix_replay.py --device cuda --model-size 1.5b --prompt-length 65536 --mem-cap-mib 40000
+    python benchmarks/prefix_replay.py --device cuda --mem-cap-mib 80000 --search-start 65536   # chunked to 256K+
 
 Prints one JSON line. Each (method, G, prompt length) runs in a fresh subprocess, so one configuration's
 peak cannot hide in another's: on CPU the peak is VmHWM (reset through /proc/self/clear_refs once the model
@@ -17,6 +18,16 @@ plain gradients (float32, all parameters); `max_prompt_*_g8` = the longest promp
 under `--mem-cap-mib`, found by doubling from `--search-start` until a step exceeds the cap (or fails to
 allocate), then bisecting to 1/8 of the last doubling; every length reported was measured to fit, and the
 next probe above it measured not to. `max_prompt_ratio_g8` = replay's over plain's.
+
+Chunked replay (`replay_prompt_chunk`, `--prompt-chunk` tokens per chunk) is the third method: `chunked` in
+the G sweep; `by_prompt_g8` gives peak and step time of all three against prompt length at G = 8
+(`--prompt-lengths`); `max_prompt_chunked_g8` / `max_prompt_ratio_chunked_g8` (over plain's) its longest
+prompt under the same cap (its search starts at replay's longest); `grad_rel_l2_chunked`,
+`grad_cosine_chunked` its gradient against the plain one; `step_time_ratio_chunked` = chunked step time
+over replay's at the longest prompt both ran in `by_prompt_g8` (each the faster of its G = 8 runs there).
+`chunked_hit_search_limit`: the chunked search stopped at its limit, not at the cap (its longest prompt is
+a lower bound). `goals` checks the issue's targets. On CPU the workers run with a fixed glibc mmap threshold
+(`--mmap-threshold`), so that RSS follows live memory instead of heap left over from freed activations.
 """
 
 from __future__ import annotations
@@ -107,14 +118,20 @@ def loss_for(batch: Any, seed: int) -> Any:
     return spec.loss_fn(spec.row_weights(mask, num_items_in_batch=mask.sum()), mask, advantages)
 
 
-def run_step(model: Any, batch: Any, method: str, branch_batch: int) -> None:
+def run_step(model: Any, batch: Any, method: str, branch_batch: int, prompt_chunk: int = 0,
+             chunk_checkpoint: bool = True) -> None:  # fmt: skip
     from training.replay import plain_backward, replay_backward
 
     loss_fn = loss_for(batch, 0)
     if method == "plain":
         plain_backward(model, batch, loss_fn, entropy=False)
     else:
-        replay_backward(model, batch, loss_fn, entropy=False, branch_batch=branch_batch)
+        chunked = method == "chunked"
+        # Chunked: each chunk's recomputation checkpoints its layers, so the heads-wide key/value copies that
+        # attention saves (HF repeats grouped KV heads whenever a mask is passed) live one layer at a time.
+        replay_backward(model, batch, loss_fn, entropy=False, branch_batch=branch_batch,
+                        prompt_chunk=prompt_chunk if chunked else 0,
+                        checkpoint_prompt=True if chunked and chunk_checkpoint else None)  # fmt: skip
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +148,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         model.gradient_checkpointing_enable({"use_reentrant": False})
     vocab = model.config.vocab_size
     # Warm-up on a short prompt: kernels, thread pools and (for replay) the model's one-off exactness probe.
-    run_step(model, make_batch(2, 64, 8, vocab, device, 1), spec["method"], spec["branch_batch"])
+    warm_chunk = min(spec.get("prompt_chunk", 0), 24)  # several chunks of the warm-up prompt
+    run_step(model, make_batch(2, 64, 8, vocab, device, 1), spec["method"], spec["branch_batch"], warm_chunk)
     model.zero_grad(set_to_none=True)
     batch = make_batch(spec["group"], spec["prompt"], spec["completion"], vocab, device, spec["seed"])
     cuda = device.startswith("cuda")
@@ -144,7 +162,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         base = _rss_mib("VmRSS")
     start = time.perf_counter()
     try:
-        run_step(model, batch, spec["method"], spec["branch_batch"])
+        run_step(model, batch, spec["method"], spec["branch_batch"], spec.get("prompt_chunk", 0),
+                 spec.get("chunk_checkpoint", True))  # fmt: skip
         if cuda:
             torch.cuda.synchronize()
     except torch.OutOfMemoryError:
@@ -177,13 +196,18 @@ def gradient_check(spec: dict[str, Any]) -> dict[str, Any]:
 
     def grads(method: str) -> Any:
         model.zero_grad(set_to_none=True)
-        run_step(model, batch, method, spec["branch_batch"])
+        run_step(
+            model, batch, method, spec["branch_batch"], spec.get("prompt_chunk", 0), spec.get("chunk_checkpoint", True)
+        )
         return torch.cat([p.grad.flatten().double() for p in model.parameters() if p.grad is not None])
 
-    plain, replay = grads("plain"), grads("replay")
+    plain, replay, chunked = grads("plain"), grads("replay"), grads("chunked")
+    cosine = torch.nn.functional.cosine_similarity
     return {
-        "grad_cosine": float(torch.nn.functional.cosine_similarity(plain, replay, dim=0)),
+        "grad_cosine": float(cosine(plain, replay, dim=0)),
         "grad_rel_l2": float((replay - plain).norm() / plain.norm()),
+        "grad_cosine_chunked": float(cosine(plain, chunked, dim=0)),
+        "grad_rel_l2_chunked": float((chunked - plain).norm() / plain.norm()),
     }
 
 
@@ -194,6 +218,8 @@ def spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one configuration in a fresh interpreter; a crash or a kill by the OOM killer counts as not fitting."""
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if spec.get("mmap_threshold"):  # glibc: big blocks from mmap, returned on free, so RSS tracks live memory
+        env["MALLOC_MMAP_THRESHOLD_"] = str(spec["mmap_threshold"])
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -216,12 +242,14 @@ def longest_prompt(base: dict[str, Any], method: str, cap_mib: float, start: int
 
     if not fits(start):
         return 0
+    if start >= limit:
+        return start
     good, bad = start, None
-    while good * 2 <= limit:
-        if fits(good * 2):
-            good *= 2
+    while good < limit:  # doubling, the last step clipped to the limit itself
+        if fits(min(good * 2, limit)):
+            good = min(good * 2, limit)
         else:
-            bad = good * 2
+            bad = min(good * 2, limit)
             break
     if bad is None:
         return good
@@ -249,6 +277,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--completion-length", type=int, default=64, help="R, tokens per completion")
     parser.add_argument("--groups", default="2,4,8,16", help="group sizes G for the sweep")
     parser.add_argument("--branch-batch", type=int, default=1, help="completions replayed together")
+    parser.add_argument("--prompt-chunk", type=int, default=None, help="tokens per chunk of chunked replay "
+                        "(default 512 CPU, 4096 CUDA)")  # fmt: skip
+    parser.add_argument(
+        "--chunk-checkpoint",
+        choices=("on", "off"),
+        default="on",
+        help="chunked replay "
+        "checkpoints each chunk's layers in its recomputation (less memory, one more chunk forward)",
+    )
+    parser.add_argument("--prompt-lengths", default=None, help="prompt lengths of the G = 8 sweep (default: "
+                        "P/4, P/2, P for the G sweep's P)")  # fmt: skip
+    parser.add_argument("--chunked-search-limit", type=int, default=None, help="longest prompt the chunked "
+                        "search tries (default 64 × the plain limit on CPU, 4M on CUDA)")  # fmt: skip
     parser.add_argument("--mem-cap-mib", type=float, default=None, help="cap for the longest-prompt search at G=8 "
                         "(default 512 CPU, 40000 CUDA)")  # fmt: skip
     parser.add_argument("--search-start", type=int, default=None, help="first prompt length of the search")
@@ -261,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         help="per-layer activation checkpointing for both methods (default: off CPU, on CUDA)",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker (CPU)")
+    parser.add_argument("--mmap-threshold", type=int, default=65536, help="glibc MALLOC_MMAP_THRESHOLD_ for the "
+                        "workers (CPU): without a fixed one, freed activations stay in the heap and RSS overstates "
+                        "the live peak; 0 leaves glibc's default")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
     parser.add_argument("--quick", action="store_true", help="a 4K prompt and a shorter search")
     parser.add_argument("--seed", type=int, default=0)
@@ -282,16 +326,23 @@ def main(argv: list[str] | None = None) -> int:
     limit = args.search_limit or (1 << 20 if cuda else (16384 if args.quick else 32768))
     groups = [int(g) for g in args.groups.split(",")]
     checkpointing = (args.gradient_checkpointing or ("on" if cuda else "off")) == "on"
+    chunk = args.prompt_chunk or (4096 if cuda else 512)
+    lengths = [int(n) for n in args.prompt_lengths.split(",")] if args.prompt_lengths else [prompt // 4, prompt // 2,
+                                                                                             prompt]  # fmt: skip
+    chunked_limit = args.chunked_search_limit or (1 << 22 if cuda else 64 * limit)
     base = dict(device=args.device, dtype="bfloat16" if cuda else "float32", model_size=size,
                 completion=args.completion_length, branch_batch=args.branch_batch, threads=args.threads,
-                seed=args.seed, checkpointing=checkpointing)  # fmt: skip
+                seed=args.seed, checkpointing=checkpointing, prompt_chunk=chunk,
+                mmap_threshold=0 if cuda else args.mmap_threshold,
+                chunk_checkpoint=args.chunk_checkpoint == "on")  # fmt: skip
     began = time.perf_counter()
     log: list[dict[str, Any]] = []
 
     check = spawn({**base, "method": "check", "group": 4, "prompt": args.grad_prompt_length or min(prompt, 2048)},
                   args.timeout)  # fmt: skip
-    sweep: dict[str, dict[str, Any]] = {"plain": {}, "replay": {}}
-    for method in ("replay", "plain"):
+    methods = ("chunked", "replay", "plain")
+    sweep: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for method in methods:
         for g in groups:
             result = spawn({**base, "method": method, "group": g, "prompt": prompt}, args.timeout)
             log.append({"method": method, "group": g, "prompt": prompt, **result})
@@ -303,7 +354,27 @@ def main(argv: list[str] | None = None) -> int:
             return None
         return round(hi["peak_mib"] / lo["peak_mib"], 3)
 
+    by_prompt: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for length in lengths:
+        for method in methods:
+            result = spawn({**base, "method": method, "group": 8, "prompt": length}, args.timeout)
+            log.append({"method": method, "group": 8, "prompt": length, **result})
+            by_prompt[method][str(length)] = result
+    both = [n for n in lengths if by_prompt["replay"][str(n)].get("ok") and by_prompt["chunked"][str(n)].get("ok")]
+
+    def best_time(method: str, length: int) -> float:
+        """The fastest G = 8 step at this length (the G sweep ran it too when P matches): shared CPUs are noisy."""
+        runs = [by_prompt[method][str(length)]]
+        if length == prompt and sweep[method].get("8", {}).get("ok"):
+            runs.append(sweep[method]["8"])
+        return min(r["step_s"] for r in runs)
+
+    time_ratio = round(best_time("chunked", both[-1]) / best_time("replay", both[-1]), 3) if both else None
+
     fit = {m: longest_prompt(base, m, cap, start, limit, args.timeout, log) for m in ("plain", "replay")}
+    # Chunked replay fits at least what replay fits: its search starts there (and goes much further).
+    fit["chunked"] = longest_prompt(base, "chunked", cap, max(fit["replay"], start), chunked_limit, args.timeout, log)
+    ratio_chunked = round(fit["chunked"] / fit["plain"], 2) if fit["plain"] else None
     record = {
         "benchmark": "prefix_replay",
         "device": args.device,
@@ -318,14 +389,36 @@ def main(argv: list[str] | None = None) -> int:
         "step_s": {m: {g: r.get("step_s") for g, r in sweep[m].items()} for m in sweep},
         "mem_growth_replay": growth("replay"),
         "mem_growth_plain": growth("plain"),
+        "mem_growth_chunked": growth("chunked"),
+        "prompt_chunk": chunk,
+        "chunk_checkpoint": base["chunk_checkpoint"],
+        "by_prompt_g8": {
+            m: {n: {"peak_mib": r.get("peak_mib"), "step_s": r.get("step_s")} for n, r in by_prompt[m].items()}
+            for m in methods
+        },
+        "step_time_ratio_chunked": time_ratio,
+        "step_time_ratio_at": both[-1] if both else None,
         "grad_cosine": check.get("grad_cosine"),
         "grad_rel_l2": check.get("grad_rel_l2"),
+        "grad_cosine_chunked": check.get("grad_cosine_chunked"),
+        "grad_rel_l2_chunked": check.get("grad_rel_l2_chunked"),
         "mem_cap_mib": cap,
         "max_prompt_plain_g8": fit["plain"],
         "max_prompt_replay_g8": fit["replay"],
         "max_prompt_ratio_g8": round(fit["replay"] / fit["plain"], 2) if fit["plain"] else None,
+        "max_prompt_chunked_g8": fit["chunked"],
+        "max_prompt_ratio_chunked_g8": ratio_chunked,
         "search_limit": limit,
+        "chunked_search_limit": chunked_limit,
+        "chunked_hit_search_limit": fit["chunked"] >= chunked_limit,
+        "goals": {
+            "max_prompt_ratio_chunked_g8>=32": ratio_chunked is not None and ratio_chunked >= 32,
+            "grad_rel_l2_chunked<=1e-5": (check.get("grad_rel_l2_chunked") or 1.0) <= 1e-5,
+            "grad_cosine_chunked>=0.999999": (check.get("grad_cosine_chunked") or 0.0) >= 0.999999,
+            "step_time_ratio_chunked<=1.5": time_ratio is not None and time_ratio <= 1.5,
+        },
         "threads": args.threads,
+        "mmap_threshold": base["mmap_threshold"],
         "wall_s": round(time.perf_counter() - began, 1),
     }
     if args.log:

@@ -561,6 +561,7 @@ def _prompt_inputs(policy: _Policy, batch: ReplayBatch, row: int) -> dict[str, A
             "next_position": start,
             "pixel_values": images["pixel_values"],
             "image_grid_thw": images["image_grid_thw"],
+            "types": types[0],  # where the image tokens are: chunk boundaries never split an image
         }
     # Text: the padded forward numbers positions from the first (pad) column, so the prompt starts at the
     # pad count. Rotary attention does not depend on this offset, learned absolute positions would.
@@ -667,12 +668,15 @@ def _plain_logps(
 _CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def check_replay_exact(model: nn.Module, *, prompt_length: int = 24, completion_length: int = 9) -> float:
+def check_replay_exact(
+    model: nn.Module, *, prompt_length: int = 24, completion_length: int = 9, prompt_chunk: int = 0
+) -> float:
     """Replay a short random sequence and compare hidden states with a plain forward; raise if they differ.
 
     Returns the relative L2 error of the replayed hidden states. Catches what a cache API change would make
     silent: a linear-attention layer that restarts from zero on a multi-token chunk, positions restarting
-    at 0, a state the continuation does not read.
+    at 0, a state the continuation does not read. With `prompt_chunk` the prompt state is built chunk by chunk
+    (the chunked backward's step (a)), so a chunk that does not continue from the one before is caught too.
     """
     policy = _resolve(model)
     _new_cache(policy)  # refuses unsupported layer types before anything runs
@@ -689,7 +693,13 @@ def check_replay_exact(model: nn.Module, *, prompt_length: int = 24, completion_
     )
     with torch.no_grad(), _eval_mode(policy.model), _no_checkpointing(policy.model):
         full = policy.backbone(input_ids=ids, use_cache=False).last_hidden_state[:, prompt_length - 1 : -1]
-        state = _prompt_state(policy, _prompt_inputs(policy, batch, 0))
+        prompt = _prompt_inputs(policy, batch, 0)
+        if prompt_chunk:
+            from training.replay_chunked import chunked_prompt_state
+
+            state = chunked_prompt_state(policy, prompt, prompt_chunk).prompt_state(prompt, device)
+        else:
+            state = _prompt_state(policy, prompt)
         replayed = policy.backbone(
             input_ids=torch.cat([state.last_token.expand(2, 1), batch.completion_ids[:, :-1]], dim=1),
             position_ids=state.positions(2, completion_length),
@@ -708,9 +718,12 @@ def check_replay_exact(model: nn.Module, *, prompt_length: int = 24, completion_
     return error
 
 
-def _ensure_checked(policy: _Policy) -> None:
-    if policy.model not in _CHECKED:
-        _CHECKED[policy.model] = check_replay_exact(policy.model)
+def _ensure_checked(policy: _Policy, prompt_chunk: int = 0) -> None:
+    """The probe once per model (and once more for the chunked state, with chunks that do not divide it)."""
+    done = _CHECKED.setdefault(policy.model, {})
+    key = 7 if prompt_chunk else 0
+    if key not in done:
+        done[key] = check_replay_exact(policy.model, prompt_chunk=key)
 
 
 # -- the engine --------------------------------------------------------------------------------------------
@@ -756,6 +769,8 @@ def replay_backward(
     head_fp32: bool = False,
     min_group: int = 2,
     checkpoint_prompt: bool | None = None,
+    prompt_chunk: int = 0,
+    offload_prompt_state: bool = False,
 ) -> ReplayResult:
     """Backward of the loss `loss_fn` defines over `batch`, replaying each shared prompt; gradients accumulate.
 
@@ -770,6 +785,10 @@ def replay_backward(
         min_group: smaller groups take the plain path.
         checkpoint_prompt: checkpoint each layer in the prompt's recomputation (c), holding layer inputs
             instead of all activations; default: whether the model has gradient checkpointing on.
+        prompt_chunk: > 0 runs the prompt in chunks of this many tokens and back-propagates chunk by chunk
+            (`training.replay_chunked`): the same gradient, one chunk's activations; 0 runs it in one piece.
+        offload_prompt_state: with `prompt_chunk`, keep the per-chunk linear-attention states in (pinned) CPU
+            memory between uses.
 
     Returns:
         A `ReplayResult`; the gradients are in the parameters' `.grad`.
@@ -777,7 +796,9 @@ def replay_backward(
     policy = _resolve(model)
     if checkpoint_prompt is None:
         checkpoint_prompt = any(getattr(m, "gradient_checkpointing", False) is True for m in policy.model.modules())
-    _ensure_checked(policy)
+    if prompt_chunk < 0:
+        raise ValueError(f"prompt_chunk must be >= 0 (0: the prompt in one piece), got {prompt_chunk}")
+    _ensure_checked(policy, prompt_chunk)
     groups, plain_rows = find_groups(batch, policy.image_token_ids, min_group, images=policy.mrope)
     dtype = policy.head.weight.dtype
     width = batch.completion_ids.size(1)
@@ -798,9 +819,17 @@ def replay_backward(
     with _no_checkpointing(policy.model):
         for group in groups:
             prompt = _prompt_inputs(policy, batch, group[0])
-            rng = _RngReplay(device)
-            with torch.no_grad():
-                state = _prompt_state(policy, prompt)  # (a)
+            chunked = None
+            if 0 < prompt_chunk < prompt["ids"].size(1) - 1:
+                from training.replay_chunked import chunked_prompt_state
+
+                with torch.no_grad():  # (a), chunk by chunk
+                    chunked = chunked_prompt_state(policy, prompt, prompt_chunk, offload=offload_prompt_state)
+                state = chunked.prompt_state(prompt, device)
+            else:
+                rng = _RngReplay(device)
+                with torch.no_grad():
+                    state = _prompt_state(policy, prompt)  # (a)
             leaves = state.leaves()
             del state
             for rows in _chunks(group, branch_batch):  # (b)
@@ -820,6 +849,12 @@ def replay_backward(
             del leaves
             if all(g is None for g in grads):
                 continue
+            if chunked is not None:
+                from training.replay_chunked import chunked_prompt_backward
+
+                chunked_prompt_backward(policy, chunked, grads, checkpoint_prompt)  # (c), last chunk to first
+                del chunked, grads
+                continue
             with torch.enable_grad(), rng.replay():
                 recomputed = _prompt_state(policy, prompt, checkpoint_prompt).flat()  # (c)
             pairs = [(t, g) for t, g in zip(recomputed, grads) if g is not None and t.requires_grad]
@@ -837,10 +872,14 @@ def replay_token_logps(
     entropy: bool = False,
     head_fp32: bool = False,
     min_group: int = 2,
+    prompt_chunk: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(B, R) log-probs (and entropies) without autograd: each shared prompt runs once (TRL's old/ref log-probs)."""
+    """(B, R) log-probs (and entropies) without autograd: each shared prompt runs once (TRL's old/ref log-probs).
+
+    `prompt_chunk` > 0 runs each prompt in chunks of that many tokens (activations of one chunk at a time).
+    """
     policy = _resolve(model)
-    _ensure_checked(policy)
+    _ensure_checked(policy, prompt_chunk)
     groups, plain_rows = find_groups(batch, policy.image_token_ids, min_group, images=policy.mrope)
     width = batch.completion_ids.size(1)
     logps_out: torch.Tensor | None = None
@@ -860,7 +899,13 @@ def replay_token_logps(
         for rows in _chunks(plain_rows, branch_batch):
             put(torch.tensor(rows, device=device), *_plain_logps(policy, batch, rows, temperature, entropy, head_fp32))
         for group in groups:
-            state = _prompt_state(policy, _prompt_inputs(policy, batch, group[0]))
+            prompt = _prompt_inputs(policy, batch, group[0])
+            if 0 < prompt_chunk < prompt["ids"].size(1) - 1:
+                from training.replay_chunked import chunked_prompt_state
+
+                state = chunked_prompt_state(policy, prompt, prompt_chunk).prompt_state(prompt, device)
+            else:
+                state = _prompt_state(policy, prompt)
             for rows in _chunks(group, branch_batch):
                 index = torch.tensor(rows, device=device)
                 put(

@@ -12,7 +12,8 @@ logged metrics (entropy, KL, clip ratios). What is refused, at construction and 
 options whose loss does not split into per-completion terms (`top_entropy_quantile` < 1, the entropy bonus,
 MoE load-balancing loss, `loss_type=vespo`), fp16 loss scaling, DeepSpeed and FSDP (they own the backward).
 Plain DDP works: replay's backward passes bypass DDP's hooks, and the gradients are averaged across
-processes at each accumulation boundary.
+processes at each accumulation boundary. `replay_prompt_chunk=N` runs each prompt in chunks of N tokens
+and back-propagates them last to first (`training.replay_chunked`): same gradient, one chunk's activations.
 """
 
 from __future__ import annotations
@@ -56,6 +57,22 @@ class ReplayArguments:
             "small for long prompts (1-2) and raise it for speed on short ones."
         },
     )
+    replay_prompt_chunk: int = field(
+        default=0,
+        metadata={
+            "help": "Run each shared prompt in chunks of this many tokens and back-propagate chunk by chunk (last "
+            "to first): the same gradient, with one chunk's activations plus the prompt's keys/values held "
+            "instead of the whole prompt's activations, for prompts past the activation wall. 0 runs the "
+            "prompt in one piece."
+        },
+    )
+    replay_offload_prompt_state: bool = field(
+        default=False,
+        metadata={
+            "help": "With replay_prompt_chunk, keep the per-chunk linear-attention states (hybrid models) in "
+            "pinned CPU memory between uses."
+        },
+    )
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)  # the GRPOConfig this is mixed into, if any
@@ -63,6 +80,10 @@ class ReplayArguments:
             parent()
         if self.replay_branch_batch < 1:
             raise ValueError(f"replay_branch_batch must be >= 1, got {self.replay_branch_batch}")
+        if self.replay_prompt_chunk < 0:
+            raise ValueError(
+                f"replay_prompt_chunk must be >= 0 (0: the prompt in one piece), got {self.replay_prompt_chunk}"
+            )
 
 
 class ReplayGRPOTrainer(GRPOTrainer):
@@ -141,6 +162,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 branch_batch=self.replay_branch_batch,
                 entropy=compute_entropy,
                 head_fp32=self.args.cast_lm_head_to_fp32,
+                prompt_chunk=getattr(self.args, "replay_prompt_chunk", 0),
             )
         return logps, entropy, None
 
@@ -206,6 +228,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 branch_batch=self.replay_branch_batch,
                 entropy=True,
                 head_fp32=self.args.cast_lm_head_to_fp32,
+                prompt_chunk=getattr(self.args, "replay_prompt_chunk", 0),
+                offload_prompt_state=getattr(self.args, "replay_offload_prompt_state", False),
             )
         self.last_replay = result
         self._log_replay_metrics(result, inputs, mask, ratio)

@@ -315,7 +315,9 @@ class SavedBytes:
 
         class Held:
             def __init__(self, t: torch.Tensor) -> None:
-                self.t, self.n = t, t.untyped_storage().nbytes()
+                # Detached: a saved *output* held with its grad_fn would be a reference cycle autograd never frees
+                # (the parts of a graph backward does not reach, e.g. the last layer's MLP of a prompt pass).
+                self.t, self.n = t.detach(), t.untyped_storage().nbytes()
                 meter.live += self.n
                 meter.peak = max(meter.peak, meter.live)
 
@@ -571,6 +573,7 @@ from training.common import close_process_group
 from training.replay_trainer import ReplayGRPOTrainer
 
 path, out = sys.argv[1], sys.argv[2]
+prompt_chunk = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 tokenizer = AutoTokenizer.from_pretrained(path)
 tokenizer.padding_side = "left"
 data = datasets.Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count to {i}, one by one."}] for i in range(8)]})
@@ -580,6 +583,10 @@ config = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, report_to="none", 
 trainer = ReplayGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), args=config,
                             reward_funcs=[lambda completions, **kw: [len(c[0]["content"]) % 5 / 4 for c in completions]],
                             train_dataset=data, processing_class=tokenizer)
+trainer.args.replay_prompt_chunk = prompt_chunk
+from training import replay_chunked
+chunked_states, chunked_state = [], replay_chunked.chunked_prompt_state
+replay_chunked.chunked_prompt_state = lambda *a, **k: chunked_states.append(1) or chunked_state(*a, **k)
 world = dist.get_world_size()
 average, checks = trainer._average_gradients_across_processes, []
 
@@ -603,13 +610,14 @@ gathered = [torch.zeros_like(params) for _ in range(world)]
 dist.all_gather(gathered, params)
 if dist.get_rank() == 0:
     print(json.dumps({"kind": str(trainer.accelerator.distributed_type), "checks": checks,
-                      "param_spread": float((gathered[0] - gathered[1]).abs().max())}), flush=True)
+                      "param_spread": float((gathered[0] - gathered[1]).abs().max()),
+                      "chunked_states": len(chunked_states)}), flush=True)
 close_process_group()
 """
 
 
 @pytest.mark.slow
-def test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path):
+def test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path, prompt_chunk: int = 0):
     """Replay's backward passes bypass DDP's hooks; the trainer averages at each accumulation boundary instead."""
     import os
     import subprocess
@@ -623,10 +631,11 @@ def test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path):
 
     # A port of its own: the default 29500 can still be held by an earlier distributed test's store.
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(free_port()), str(script), str(tiny_lm_dir), str(tmp_path / "out")]  # fmt: skip
+               str(free_port()), str(script), str(tiny_lm_dir), str(tmp_path / "out"), str(prompt_chunk)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=root)
     assert done.returncode == 0, done.stderr[-4000:]  # the rank's own error sits above torchrun's summary
     report = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     assert report["kind"] == "DistributedType.MULTI_CPU" and len(report["checks"]) == 2  # 2 steps × 1 sync each
     assert all(c["to_mean"] <= 1e-7 and c["ranks_differed"] > 1e-3 for c in report["checks"]), report
     assert report["param_spread"] == 0.0, "both processes took the same optimizer step"
+    assert (report["chunked_states"] > 0) == (prompt_chunk > 0), report

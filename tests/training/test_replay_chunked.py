@@ -1,0 +1,294 @@
+"""Chunked prompt backward: the same gradient as the plain batched loss, one chunk's activations at a time.
+
+The cases mirror test_replay.py (fp64 text, all loss types, KL, LoRA, left padding, Qwen2.5-VL images, the
+hybrid linear-attention models), with chunk sizes that do and do not divide the prompt.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.training.test_replay import (
+    SavedBytes,
+    assert_exact,
+    compare,
+    grpo_terms,
+    hybrid_model,
+    text_batch,
+    vlm_batch,
+)
+from training import replay
+from training.replay import (
+    LOSS_TYPES,
+    GRPOLoss,
+    check_replay_exact,
+    plain_backward,
+    replay_backward,
+    replay_token_logps,
+)
+from training.replay_chunked import chunk_bounds, chunked_prompt_state
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def lm64(tiny_lm_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64).train()
+
+
+@pytest.fixture(scope="module")
+def lm_batch(lm64):
+    # Prompts of 40 and 31 tokens, left-padded (39 and 30 tokens of state), uneven and empty completions, and a
+    # third prompt with a single completion (the plain path).
+    rows = [(0, 12), (1, 5), (0, 9), (1, 0), (2, 7), (0, 3), (1, 11)]
+    return text_batch([40, 31, 20], rows, vocab=lm64.config.vocab_size, width=12, seed=0)
+
+
+def test_chunk_bounds_cover_the_prompt_and_never_split_an_image():
+    assert chunk_bounds(9, 3) == [(0, 3), (3, 6), (6, 9)]
+    assert chunk_bounds(5, 8) == [(0, 5)]
+    image = torch.tensor([0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0]).bool()
+    bounds = chunk_bounds(11, 2, image)
+    assert bounds == [(0, 4), (4, 6), (6, 8), (8, 10), (10, 11)]
+    for start, _ in bounds[1:]:
+        assert not (image[start - 1] and image[start]), (start, bounds)
+    with pytest.raises(ValueError, match="prompt_chunk must be >= 1"):
+        chunk_bounds(4, 0)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_chunked_gradient_equals_the_plain_loss(loss_type, lm64, lm_batch):
+    # 8 divides neither 39 nor 30: a short last chunk; 13 divides 39 (3 chunks).
+    loss = GRPOLoss(loss_type=loss_type, beta=0.04, use_bias_correction_kl=True, max_completion_length=12)
+    terms = grpo_terms(lm64, lm_batch, seed=1)
+    for chunk in (8, 13):
+        stats = compare(lm64, lm_batch, loss, terms, prompt_chunk=chunk)
+        assert_exact(stats)
+        assert stats["groups"] == [[0, 2, 5], [1, 3, 6]] and stats["plain_rows"] == [4]
+
+
+@pytest.mark.parametrize("chunk", [1, 10, 39, 100])
+def test_chunk_sizes_from_one_token_to_the_whole_prompt(chunk, lm64, lm_batch):
+    loss = GRPOLoss(loss_type="dapo", beta=0.04, delta=1.5, epsilon_high=0.28)
+    assert_exact(compare(lm64, lm_batch, loss, grpo_terms(lm64, lm_batch, seed=2), prompt_chunk=chunk, branch_batch=2))
+
+
+def test_the_chunked_state_is_the_single_forward_state(lm64, lm_batch):
+    policy = replay._resolve(lm64)
+    prompt = replay._prompt_inputs(policy, lm_batch, 0)
+    with torch.no_grad():
+        whole = replay._prompt_state(policy, prompt).flat()
+        chunked = chunked_prompt_state(policy, prompt, 6).prompt_state(prompt, torch.device("cpu")).flat()
+    assert len(whole) == len(chunked) and all(torch.allclose(a, b, atol=1e-10) for a, b in zip(whole, chunked))
+
+
+def test_chunked_log_probs_without_grad(lm64, lm_batch):
+    logps, entropy = replay_token_logps(lm64, lm_batch, entropy=True, prompt_chunk=7)
+    with torch.no_grad():
+        plain = plain_backward(lm64, lm_batch, lambda rows, lp, ent: lp.sum() * 0)
+    assert torch.allclose(logps.double(), plain.logps, atol=1e-6)
+    assert torch.allclose(entropy.double(), plain.entropy, atol=1e-6)
+
+
+def test_chunked_probe_and_bad_chunk(lm64, lm_batch):
+    assert check_replay_exact(lm64, prompt_chunk=5) < 1e-8
+    with pytest.raises(ValueError, match="prompt_chunk must be >= 0"):
+        replay_backward(lm64, lm_batch, lambda rows, lp, ent: lp.sum(), prompt_chunk=-1)
+
+
+def test_chunked_lora_with_and_without_checkpointing(tiny_lm_dir, lm_batch):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"])
+    model = get_peft_model(base, config).train()
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            nn.init.normal_(p, std=0.05)
+    loss = GRPOLoss(loss_type="dapo", beta=0.04)
+    terms = grpo_terms(model, lm_batch, seed=3)
+    assert_exact(compare(model, lm_batch, loss, terms, prompt_chunk=9))
+    assert_exact(compare(model, lm_batch, loss, terms, prompt_chunk=9, checkpoint_prompt=True))
+
+
+def test_chunked_lora_dropout_replays_each_chunks_masks(tiny_lm_dir, lm_batch):
+    """LoRA dropout on: each chunk's recomputation (c) must draw the masks its first pass (a) drew."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.replay_chunked import chunked_prompt_backward
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
+    model = get_peft_model(base, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"])).train()
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            nn.init.normal_(p, std=0.05)
+    policy = replay._resolve(model)
+    prompt = replay._prompt_inputs(policy, lm_batch, 0)
+    params = [p for p in model.parameters() if p.requires_grad]
+    # The gradient of <state, w> by chunks equals the single forward's, dropout masks included.
+    with torch.no_grad():
+        state = chunked_prompt_state(policy, prompt, 8)
+    leaves = state.prompt_state(prompt, torch.device("cpu")).leaves()
+    weights = [torch.randn(t.shape, generator=torch.Generator().manual_seed(i), dtype=t.dtype)
+               for i, t in enumerate(leaves.flat())]  # fmt: skip
+    torch.rand(100)
+    chunked_prompt_backward(policy, state, [w.clone() for w in weights])  # it accumulates into them
+    g_chunked = torch.cat([p.grad.flatten() for p in params])
+    model.zero_grad(set_to_none=True)
+    # Reference: the stock cache, chunk after chunk with autograd end to end, each from its recorded RNG state.
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=policy.text_config)
+    with torch.enable_grad():
+        for chunk in state.chunks:
+            assert chunk.rng is not None
+            with chunk.rng.replay():
+                policy.backbone(input_ids=chunk.inputs["ids"], position_ids=chunk.inputs["positions"], cache=cache,
+                                use_cache=True)  # fmt: skip
+        full = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        sum((t * w).sum() for t, w in zip(full, weights)).backward()
+    g_ref = torch.cat([p.grad.flatten() for p in params])
+    model.zero_grad(set_to_none=True)
+    assert float((g_chunked - g_ref).norm() / g_ref.norm()) < 1e-10
+
+
+def test_chunked_gradient_with_images(tiny_vlm_dir):
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, dtype=torch.float32).train()
+    batch, image_token = vlm_batch(tiny_vlm_dir)
+    policy = replay._resolve(model)
+    prompt = replay._prompt_inputs(policy, batch, 0)
+    types = prompt["types"][: prompt["ids"].size(1) - 1].bool()
+    start = int(types.nonzero()[0])
+    chunk = start + 2  # the first boundary falls inside the image's tokens: it must move to the image's end
+    with torch.no_grad():
+        state = chunked_prompt_state(policy, prompt, chunk)
+    assert len(state.chunks) >= 2 and state.chunks[0].end == int(types.nonzero()[-1]) + 1
+    assert "pixel_values" in state.chunks[0].inputs and "pixel_values" not in state.chunks[1].inputs
+    loss = GRPOLoss(loss_type="grpo", beta=0.04)
+    terms = grpo_terms(model, batch, seed=5)
+    for size in (chunk, 3):  # 3: the image starts a chunk of its own, the text after it runs in short chunks
+        stats = compare(model, batch, loss, terms, branch_batch=2, prompt_chunk=size)
+        assert_exact(stats)
+        assert stats["groups"] == [[0, 2], [1, 5], [3, 6]] and stats["plain_rows"] == [4]
+    visual = [p for n, p in model.named_parameters() if "visual" in n]
+    assert visual and all(p.grad is None for p in visual)
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_next"])
+def test_chunked_hybrid_models(kind):
+    model = hybrid_model(kind)
+    # 69 tokens of state: chunks of 32 cross no delta-rule chunk; 50 ends mid-way through one (64-token chunks).
+    batch = text_batch([70, 45], [(0, 9), (1, 4), (0, 1), (1, 9), (0, 6)], vocab=300, width=9, seed=6)
+    terms = grpo_terms(model, batch, seed=7)
+    for chunk in (32, 50):
+        assert_exact(compare(model, batch, GRPOLoss(beta=0.04), terms, branch_batch=2, prompt_chunk=chunk))
+
+
+def test_chunked_peak_does_not_grow_with_the_prompt_beyond_the_state(tiny_lm_dir):
+    """Autograd's held bytes, measured at two prompt lengths: unchunked replay grows with the prompt's
+    activations, chunked replay by a few copies of the (measured) key/value state: the concatenated keys/values
+    the last chunk's and a branch's attention save, and the prefix leaves (counted as their whole storage)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float32).train()
+    vocab = model.config.vocab_size
+    peaks: dict[tuple[str, int], int] = {}
+    state_bytes: dict[int, int] = {}
+    for length in (256, 1024):
+        batch = text_batch([length], [(0, 8)] * 2, vocab=vocab, width=8, seed=length)
+        loss = GRPOLoss(loss_type="dapo")
+        fn = loss.loss_fn(loss.row_weights(batch.completion_mask, num_items_in_batch=16), batch.completion_mask,
+                          torch.ones(2))  # fmt: skip
+        policy = replay._resolve(model)
+        with torch.no_grad():
+            state = replay._prompt_state(policy, replay._prompt_inputs(policy, batch, 0))
+        state_bytes[length] = sum(t.numel() * t.element_size() for t in state.flat())
+        for name, chunk in (("replay", 0), ("chunked", 64)):
+            with SavedBytes(model) as meter:
+                replay_backward(model, batch, fn, prompt_chunk=chunk)
+            model.zero_grad(set_to_none=True)
+            peaks[name, length] = meter.peak
+    growth_state = state_bytes[1024] - state_bytes[256]
+    growth_replay = peaks["replay", 1024] - peaks["replay", 256]
+    growth_chunked = peaks["chunked", 1024] - peaks["chunked", 256]
+    assert growth_chunked <= 4 * growth_state, (peaks, state_bytes)  # measured: 3.0×
+    assert growth_chunked <= 0.15 * growth_replay, (peaks, state_bytes)  # measured: 0.12×
+
+
+def test_trainer_with_prompt_chunks_equals_trl_compute_loss(tiny_vlm_dir, tmp_path, monkeypatch):
+    """The config field reaches both replay calls: TRL's stored log-probs and its loss's gradient are unchanged."""
+    from trl import GRPOTrainer
+
+    from tests.training.test_replay import COS_MIN, REL_MAX, trainer
+    from training import replay_chunked
+
+    chunk_counts: list[int] = []
+    original = replay_chunked.chunked_prompt_state
+
+    def counted(*args, **kwargs):
+        state = original(*args, **kwargs)
+        chunk_counts.append(len(state.chunks))
+        return state
+
+    monkeypatch.setattr(replay_chunked, "chunked_prompt_state", counted)
+    tr = trainer(tiny_vlm_dir, tmp_path)
+    tr.args.replay_prompt_chunk = 6  # image prompts of ~30 tokens: several chunks, one holding the image
+    model = tr.model.train()
+    inputs = tr._prepare_inputs(next(iter(tr.get_train_dataloader())))
+    g = torch.Generator().manual_seed(1)
+    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.3 * torch.randn(
+        inputs["old_per_token_logps"].shape, generator=g
+    )
+    inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=g)
+    tr.current_gradient_accumulation_steps = 2
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def grads() -> torch.Tensor:
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double() for p in params])
+        model.zero_grad(set_to_none=True)
+        return flat
+
+    expected = GRPOTrainer._compute_loss(tr, model, inputs)
+    expected.backward()
+    g_plain = grads()
+    loss = tr.replay_step(model, inputs)
+    g_replay = grads()
+    cos = float(nn.functional.cosine_similarity(g_plain, g_replay, dim=0))
+    rel = float((g_replay - g_plain).norm() / g_plain.norm())
+    assert cos >= COS_MIN and rel <= REL_MAX and abs(float(loss - expected)) <= 1e-6, (cos, rel)
+    assert tr.last_replay.groups and not tr.last_replay.plain_rows
+    assert len(chunk_counts) >= 6 and min(chunk_counts) >= 3, chunk_counts  # old log-probs and the step, chunked
+
+
+def test_replay_prompt_chunk_must_not_be_negative():
+    from training.common import load_config
+    from training.policy import JudgePolicyGRPOConfig
+
+    base = ["model_name_or_path=m", "train_file=t", "output_dir=o", "use_cpu=true", "bf16=false", "judge_model=j",
+            "replay_shared_prompt=true"]  # fmt: skip
+    with pytest.raises(ValueError, match="replay_prompt_chunk must be >= 0"):
+        load_config(JudgePolicyGRPOConfig, None, [*base, "replay_prompt_chunk=-4"])
+    assert load_config(JudgePolicyGRPOConfig, None, [*base, "replay_prompt_chunk=512"]).replay_prompt_chunk == 512
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_with_prompt_chunks(tiny_lm_dir, tmp_path):
+    """DDP + gradient accumulation 2 with chunked prompts: the same audit as the unchunked DDP test."""
+    from tests.training.test_replay import test_two_ddp_processes_average_replayed_gradients
+
+    test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path, prompt_chunk=8)
