@@ -63,7 +63,7 @@ from judge.server.metrics import Metrics
 from judge.server.wire_images import PendingImage, decode_pending
 from judge.types import MCItem, Verdict
 
-__all__ = ["create_app", "plan_items", "reward_cost"]
+__all__ = ["create_app", "plan_items"]
 
 log = logging.getLogger("mrjudge.server")
 
@@ -87,16 +87,12 @@ class RewardWork:
     adapter: Revision | None = None
 
 
-reward_cost = plan_cost
-"""MC items a reward request puts in front of the judge: the planner's `judge.rewarding.plan_cost`."""
-
-
 def plan_items(requests: list[RewardRequest]) -> int:
     """MC items the reward planner will put in front of the judge for `requests` (the work budget's unit).
 
     The one place the server asks the planner for a cost, so a new planner only changes this function.
     """
-    return sum(reward_cost(r) for r in requests)
+    return sum(plan_cost(r) for r in requests)
 
 
 class _StoppableBackend:
