@@ -84,6 +84,7 @@ PLANS: dict[str, dict[str, Any]] = {
         lp_cap_mib=24.0,
         lp_checkpointing=False,
         lp_chunk=32,
+        lp_max_prompt=4096,  # the estimate probe's ceiling on CPU (see longest_prompt)
         lp_grad_prompt=48,
     ),
 }
@@ -476,7 +477,13 @@ def predicted_step_s(probes: list[dict[str, Any]], prompt: int) -> float:
 
 
 def longest_prompt(
-    probe: Any, method: str, lengths: list[int], cap: float, deadline: float, save: Any = None
+    probe: Any,
+    method: str,
+    lengths: list[int],
+    cap: float,
+    deadline: float,
+    save: Any = None,
+    max_prompt: int | None = None,
 ) -> dict[str, Any]:
     """Step up the prompt ladder until a step passes the cap (or the time runs out); then estimate the
     crossing from a straight line through the last two fitting points (memory grows linearly in the prompt
@@ -512,6 +519,11 @@ def longest_prompt(
             if over is not None:
                 estimate = min(estimate, over - 1)
             estimate = estimate // 1024 * 1024 if estimate >= 4096 else estimate // 64 * 64
+            if max_prompt is not None and estimate > max_prompt:
+                # Chunked replay's memory is nearly flat, so the line crosses the cap far out, where
+                # attention's quadratic time makes the linear time prediction far too low: probe no further.
+                record["estimate_uncapped"] = estimate
+                estimate = max_prompt
         record["estimate"] = estimate
         record["mib_per_1k_tokens"] = round(slope * 1024, 2)
         last = fits[-1]
@@ -602,7 +614,13 @@ def part_long_prompts(device: str, plan: dict[str, Any], work: Path, record: Rec
             record.save()
 
         results[method] = longest_prompt(
-            probe, method, plan["lp_lengths"], plan["lp_cap_mib"], time.time() + share, progress
+            probe,
+            method,
+            plan["lp_lengths"],
+            plan["lp_cap_mib"],
+            time.time() + share,
+            progress,
+            max_prompt=plan.get("lp_max_prompt"),
         )
         record[f"max_prompt_{method}_g8"] = results[method]["max_measured"]
         record.save()
