@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from data_synthesis.records import group_of, image_refs
@@ -45,12 +45,13 @@ Row = dict[str, Any]
 
 @dataclass
 class AssembleConfig:
-    min_options: int = 2
-    max_options: int = 4
-    """Options per item are drawn uniformly from [min_options, max_options] (capped by negatives + 1)."""
-    val_fraction: float = 0.1
-    """Share of record groups held out for validation."""
-    seed: int = 0
+    min_options: int = field(default=2, metadata={"help": "fewest options per item"})
+    max_options: int = field(
+        default=4,
+        metadata={"help": "most options per item; each item's count is drawn from [min, max], capped by negatives + 1"},
+    )
+    val_fraction: float = field(default=0.1, metadata={"help": "share of record groups held out for validation"})
+    seed: int = field(default=0, metadata={"help": "seeds option counts, negatives, letters and the split"})
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_options <= self.max_options <= 26:

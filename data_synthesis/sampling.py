@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams
@@ -58,10 +58,10 @@ DEFAULT_REQUEST_TIMEOUT_S = 3600.0
 class StageSampling:
     """One model stage's decoding; a field left `None` takes the stage default (`DEFAULTS`)."""
 
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
+    temperature: float | None = field(default=None, metadata={"help": "sampling temperature"})
+    top_p: float | None = field(default=None, metadata={"help": "nucleus sampling top_p"})
+    max_tokens: int | None = field(default=None, metadata={"help": "generation budget per reply (thinking included)"})
+    seed: int | None = field(default=None, metadata={"help": "per-row seeds are derived from it; default: unseeded"})
 
     @classmethod
     def from_dict(cls, stage: str, values: dict[str, Any] | None) -> StageSampling:

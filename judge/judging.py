@@ -40,32 +40,55 @@ class JudgeConfig:
     """How the judge asks and aggregates. Loadable from YAML as a plain mapping."""
 
     # De-biasing and voting
-    orders: int | None = None
-    """Display orders per item; default: 2 (both orders for K = 2)."""
-    permutation: Literal["cyclic", "random"] = "cyclic"
-    """How display orders are drawn for K > 2."""
-    samples: int = 1
-    """Calls per display order; more than one needs `temperature > 0`."""
-    seed: int = 0
-    """Seeds display orders, sampling and tie-breaks; the same seed gives the same verdicts."""
+    orders: int | None = field(
+        default=None,
+        metadata={"help": "display orders per item; default: 2 (both orders for two candidates)"},
+    )
+    permutation: Literal["cyclic", "random"] = field(
+        default="cyclic",
+        metadata={
+            "help": "how display orders are drawn for more than two candidates: cyclic shifts or seeded shuffles"
+        },
+    )
+    samples: int = field(
+        default=1, metadata={"help": "calls per display order, majority-voted; more than 1 needs temperature > 0"}
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "seeds display orders, sampling and tie-breaks; the same seed gives the same verdicts"},
+    )
 
     # Decoding
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature; 0 is greedy"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: the smallest token set with this mass"})
+    max_new_tokens: int = field(default=512, metadata={"help": "generation budget per call (reasoning and answer)"})
 
     # Image size (Qwen's min_pixels / max_pixels)
-    min_pixels: int | None = None
-    """Images smaller than this (in pixels) are enlarged to it, aspect kept, sides multiples of 28; default:
-    the model's processor config."""
-    max_pixels: int | None = None
-    """Images larger than this are shrunk to it (Qwen2.5-VL's stock 12,845,056 lets a photo cost ~16k visual
-    tokens; 1,003,520 = 1280·28·28 caps it at 1,280); default: the model's processor config."""
+    min_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "images with fewer pixels are enlarged to about N (aspect kept, sides multiples of 28) before "
+            "the judge sees them; default: the model's processor config",
+            "metavar": "N",
+        },
+    )
+    max_pixels: int | None = field(
+        default=None,
+        metadata={
+            "help": "images with more pixels are shrunk to at most N before the judge sees them, e.g. 1003520 "
+            "(1280*28*28: at most 1,280 visual tokens); default: the model's processor config (stock "
+            "Qwen2.5-VL: 12845056, up to ~16k visual tokens per image)",
+            "metavar": "N",
+        },
+    )
 
     # Batching and prompt
-    batch_size: int = 8
-    """Items per backend call (each item makes `orders × samples` requests)."""
-    prompt: PromptConfig = field(default_factory=PromptConfig)
+    batch_size: int = field(
+        default=8, metadata={"help": "items per backend call (each item makes orders x samples requests)"}
+    )
+    prompt: PromptConfig = field(
+        default_factory=PromptConfig, metadata={"help": "the prompt's wording (PromptConfig fields; YAML only)"}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, dict):

@@ -20,9 +20,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scripts.engine_flags import add_engine_flags, add_pixel_flags, pixel_options
-from scripts.judge_cmd import judge_config_from
+from judge.judging import JudgeConfig
+from scripts.config_flags import ConfigFlags
+from scripts.engine_flags import add_engine_flags, pixel_options
+from scripts.judge_cmd import add_judge_config_flags, judge_config_from
 from scripts.model_flags import add_base_flag, base_options
+
+EVAL_JUDGE_FLAGS = ConfigFlags(JudgeConfig, skip=("top_p",))
+"""The judge's flags here; `top_p` has none, as VL-RewardBench's `--top-p` is the official protocol's."""
 
 
 def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> None:
@@ -34,14 +39,14 @@ def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> N
     add_base_flag(parser)
     parser.add_argument("--out", required=True, type=Path, help="run directory (metrics.json, predictions.jsonl, …)")
     parser.add_argument("--limit", type=int, help="only the first N items")
-    parser.add_argument("--seed", type=int, default=0, help="seeds display orders, sampling and coin flips")
-    parser.add_argument("--batch-size", type=int, default=8, help="items per backend call")
-    parser.add_argument("--config", type=Path, help="mc mode: YAML with JudgeConfig fields")
-    parser.add_argument("--orders", type=int, help="mc mode: display orders per item (default 2)")
-    parser.add_argument("--samples", type=int, help="mc mode: calls per display order")
-    parser.add_argument("--temperature", type=float, help="sampling temperature (default: the protocol's)")
-    parser.add_argument("--max-new-tokens", type=int, help="generation budget per call (default: the protocol's)")
-    add_pixel_flags(parser, "the judge (and an mm-vet --policy)")
+    add_judge_config_flags(
+        parser,
+        EVAL_JUDGE_FLAGS,
+        config_help="mc mode: YAML with JudgeConfig fields; the flags below override it",
+        help={"seed": "seeds display orders, sampling, coin flips and bootstrap intervals"},
+        defaults={"seed": 0, "batch_size": 8},  # run-level: they also size official mode's batches
+        shown={"temperature": "the protocol's", "max_new_tokens": "the protocol's"},
+    )
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 …")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -108,7 +113,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     mmvet.add_argument("--images", type=Path, help="image folder (default: images/ beside --data)")
     source = mmvet.add_mutually_exclusive_group(required=True)
     source.add_argument("--candidates", nargs="+", type=Path, help="N prediction files {id: answer}, one per sample")
-    source.add_argument("--policy", help="sample the N candidates from this model (folder, hub id or /v1 URL)")
+    source.add_argument(
+        "--policy",
+        help="sample the N candidates from this model (folder, hub id or /v1 URL; images sized by --max-pixels too)",
+    )
     mmvet.add_argument("--n", type=int, default=4, help="with --policy: answers per question (default 4)")
     mmvet.add_argument("--policy-temperature", type=float, default=0.7, help="with --policy (default 0.7)")
     mmvet.add_argument("--policy-max-new-tokens", type=int, default=512, help="with --policy (default 512)")
@@ -168,7 +176,7 @@ def make_judge(args: argparse.Namespace, engine: Any) -> Any:
     """The MC `JudgeSpec` from the flags (mc mode), seeded by `--seed`."""
     from eval.workers import JudgeSpec
 
-    return JudgeSpec(loaded(judge_model_spec(args), engine), judge_config_from(args))
+    return JudgeSpec(loaded(judge_model_spec(args), engine), judge_config_from(args, EVAL_JUDGE_FLAGS))
 
 
 def _load_pairwise(args: argparse.Namespace) -> tuple[Any, list[Any]]:

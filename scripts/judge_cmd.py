@@ -18,8 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from judge.jobs import JudgeRunSummary
-from scripts.engine_flags import PIXEL_FLAGS, add_engine_flags, add_pixel_flags, engine_from
+from judge.judging import JudgeConfig
+from scripts.config_flags import ConfigFlags
+from scripts.engine_flags import add_engine_flags, engine_from
 from scripts.model_flags import add_base_flag, base_options
+
+JUDGE_FLAGS = ConfigFlags(JudgeConfig)
+"""`--orders`, `--temperature`, `--max-pixels`, …: every JudgeConfig field but the prompt (judge, eval, serve)."""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -41,31 +46,30 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, type=Path, help="verdicts, JSONL")
     parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
     add_base_flag(parser)
-    parser.add_argument("--config", type=Path, help="YAML file with JudgeConfig fields; flags below override it")
-    parser.add_argument(
-        "--orders", type=int, help="display orders per item (default 2: both orders for two candidates)"
-    )
-    parser.add_argument("--samples", type=int, help="calls per display order, majority-voted (needs --temperature > 0)")
-    parser.add_argument("--temperature", type=float, help="sampling temperature; 0 = greedy (default)")
-    parser.add_argument("--max-new-tokens", type=int, help="generation budget per call (default 512)")
-    parser.add_argument("--batch-size", type=int, help="items per backend call (default 8)")
-    parser.add_argument("--seed", type=int, help="seeds display orders, sampling and tie-breaks (default 0)")
-    add_pixel_flags(parser, "the judge")
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
+    add_judge_config_flags(parser)
     add_engine_flags(parser)
     parser.set_defaults(run=run)
 
 
-def judge_config_from(args: argparse.Namespace) -> Any:
-    """JudgeConfig from `--config` YAML, then command-line flags on top."""
-    from judge.config import ConfigError, config_from_yaml
-    from judge.judging import JudgeConfig
+def add_judge_config_flags(
+    parser: argparse.ArgumentParser, flags: ConfigFlags = JUDGE_FLAGS, *, config_help: str | None = None, **wording: Any
+) -> None:
+    """`--config FILE` and a flag per JudgeConfig field, in one group; `wording`: `ConfigFlags.add_to`'s."""
+    group = parser.add_argument_group("judge (JudgeConfig fields: field default < --config YAML < flag)")
+    group.add_argument(
+        "--config", type=Path, help=config_help or "YAML file with JudgeConfig fields; the flags below override it"
+    )
+    flags.add_to(group, **wording)
 
-    flags = ("orders", "samples", "temperature", "max_new_tokens", "batch_size", "seed", *PIXEL_FLAGS)
-    overrides = {name: getattr(args, name) for name in flags if getattr(args, name, None) is not None}
+
+def judge_config_from(args: argparse.Namespace, flags: ConfigFlags = JUDGE_FLAGS) -> JudgeConfig:
+    """JudgeConfig from `--config` YAML, then the command-line flags given on top."""
+    from judge.config import ConfigError
+
     try:
-        return config_from_yaml(JudgeConfig, args.config, overrides)
+        return flags.config(args, args.config)
     except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from exc
 

@@ -18,24 +18,19 @@ are those of `mrjudge judge`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from scripts.engine_flags import add_pixel_flags
-from scripts.judge_cmd import judge_config_from
+from judge.server.config import ServerConfig
+from scripts.config_flags import ConfigFlags
+from scripts.judge_cmd import add_judge_config_flags, judge_config_from
 from scripts.model_flags import add_base_flag, base_options
 
-SERVER_FLAGS_DEST = "server_"
-
-
-def _server_fields() -> list[dataclasses.Field]:
-    from judge.server.config import ServerConfig
-
-    return list(dataclasses.fields(ServerConfig))
+SERVER_FLAGS = ConfigFlags(ServerConfig)
+"""`--host`, `--port`, `--max-batch-items`, …: every ServerConfig field."""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -53,36 +48,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-batching", action="store_true", help="judge one request at a time (same as --max-batch-items 1)"
     )
-    server = parser.add_argument_group("server (ServerConfig fields)")
-    for f in _server_fields():
-        if isinstance(f.default, bool):
-            server.add_argument(
-                f"--{f.name.replace('_', '-')}",
-                dest=SERVER_FLAGS_DEST + f.name,
-                action="store_const",
-                const=True,
-                help=f.metadata.get("help", ""),
-            )
-            continue
-        kind = type(f.default) if f.default is not None else str
-        server.add_argument(
-            f"--{f.name.replace('_', '-')}",
-            dest=SERVER_FLAGS_DEST + f.name,
-            type=kind,
-            metavar=f.name.upper(),
-            help=f"{f.metadata.get('help', '')} (default: {f.default})",
-        )
-    judge = parser.add_argument_group("judge (JudgeConfig fields)")
-    judge.add_argument("--config", type=Path, help="YAML file with JudgeConfig fields; flags below override it")
-    judge.add_argument("--orders", type=int, help="display orders per item (default 2)")
-    judge.add_argument("--samples", type=int, help="calls per display order, majority-voted (needs --temperature > 0)")
-    judge.add_argument("--temperature", type=float, help="sampling temperature; 0 = greedy (default)")
-    judge.add_argument("--max-new-tokens", type=int, help="generation budget per call (default 512)")
-    judge.add_argument("--batch-size", type=int, help="items per backend call (default: --max-batch-items)")
-    judge.add_argument("--seed", type=int, help="seeds display orders, sampling and tie-breaks (default 0)")
-    add_pixel_flags(judge, "the judge")
-    judge.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
-    judge.add_argument("--backend-api-key", help="openai backend: key for the model server (default: $MRJUDGE_API_KEY)")
+    SERVER_FLAGS.add_to(
+        parser.add_argument_group("server (ServerConfig fields: field default < --server-config < flag)")
+    )
+    add_judge_config_flags(parser, shown={"batch_size": "--max-batch-items"})
+    parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
+    parser.add_argument(
+        "--backend-api-key", help="openai backend: key for the model server (default: $MRJUDGE_API_KEY)"
+    )
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     parser.set_defaults(run=run)
 
@@ -90,13 +63,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def server_config_from(args: argparse.Namespace) -> Any:
     """ServerConfig from `--server-config` YAML, then flags, then the key from the environment if none yet."""
     from judge.config import ConfigError, config_from_yaml, config_values
-    from judge.server.config import API_KEY_ENV, ServerConfig
+    from judge.server.config import API_KEY_ENV
 
-    overrides = {
-        f.name: getattr(args, SERVER_FLAGS_DEST + f.name)
-        for f in _server_fields()
-        if getattr(args, SERVER_FLAGS_DEST + f.name, None) is not None
-    }
+    overrides = SERVER_FLAGS.values(args)
     if args.no_batching:
         overrides["max_batch_items"] = 1
     try:
@@ -116,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from judge.server.run import run_server
 
     server_config = server_config_from(args)  # refuses a network address without a key, before any loading
-    if getattr(args, SERVER_FLAGS_DEST + "api_key", None):
+    if args.api_key:
         print(
             f"warning: --api-key is visible to every user of this machine (`ps`); use ${API_KEY_ENV} or "
             "--api-key-file FILE",

@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from scripts.config_flags import ConfigFlags
 from scripts.engine_flags import add_engine_flags, add_pixel_flags, engine_from, pixel_options
 
 
@@ -71,21 +72,23 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
 
 def _sampling_flags(parser: argparse.ArgumentParser, stage: str) -> None:
     """--<stage>-temperature / -top-p / -max-tokens / -seed; unset flags take the stage's documented default."""
+    from dataclasses import asdict
+
     from data_synthesis.sampling import DEFAULTS, SOURCES
 
-    d = DEFAULTS[stage]
     group = parser.add_argument_group(f"{stage} decoding", f"defaults from: {SOURCES[stage]}")
-    group.add_argument(f"--{stage}-temperature", type=float, help=f"default {d.temperature}")
-    group.add_argument(f"--{stage}-top-p", type=float, help=f"default {d.top_p}")
-    group.add_argument(f"--{stage}-max-tokens", type=int, help=f"default {d.max_tokens} (thinking included)")
-    group.add_argument(f"--{stage}-seed", type=int, help="per-row seeds derived from it; default: unseeded")
+    _stage_sampling(stage).add_to(group, shown=asdict(DEFAULTS[stage]))
+
+
+def _stage_sampling(stage: str) -> ConfigFlags:
+    from data_synthesis.sampling import StageSampling
+
+    return ConfigFlags(StageSampling, prefix=stage)
 
 
 def _sampling_from(args: argparse.Namespace, stage: str) -> dict:
     """The set `--<stage>-…` flags as StageSampling fields."""
-    key = stage.replace("-", "_")
-    values = {field: getattr(args, f"{key}_{field}") for field in ("temperature", "top_p", "max_tokens", "seed")}
-    return {k: v for k, v in values.items() if v is not None}
+    return _stage_sampling(stage).values(args)
 
 
 def _throughput_flags(parser: argparse.ArgumentParser) -> None:
@@ -109,6 +112,12 @@ def _throughput_flags(parser: argparse.ArgumentParser) -> None:
 
 def _throughput_from(args: argparse.Namespace) -> dict:
     return {"concurrency": args.concurrency, "max_failed_fraction": args.max_failed_fraction}
+
+
+def _assemble_flags() -> ConfigFlags:
+    from data_synthesis.assemble import AssembleConfig
+
+    return ConfigFlags(AssembleConfig)
 
 
 def _spec(model: str | None, backend: str | None, options: dict | None = None):
@@ -178,10 +187,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p = stages.add_parser("assemble", help="build balanced MC items and train/val splits (judge RL data)")
     p.add_argument("--input", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--min-options", type=int, default=2)
-    p.add_argument("--max-options", type=int, default=4)
-    p.add_argument("--val-fraction", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    _assemble_flags().add_to(p)
     add_engine_flags(p)
     p.set_defaults(run=run_assemble)
 
@@ -328,9 +334,7 @@ def run_assemble(args: argparse.Namespace) -> int:
     from data_synthesis.assemble import AssembleConfig
     from data_synthesis.pipeline import run_assemble as run
 
-    config = AssembleConfig(
-        min_options=args.min_options, max_options=args.max_options, val_fraction=args.val_fraction, seed=args.seed
-    )
+    config = AssembleConfig(**_assemble_flags().values(args))
     return _print(run(args.input, args.out, config, engine=engine_from(args))[1])
 
 

@@ -237,3 +237,29 @@ def test_readme_commands_run(tmp_path):
         if command.startswith("mrjudge eval vl-rewardbench") and "--predictions" in command:
             metrics = json.loads((tmp_path / command.split("--out ")[1].split()[0] / "metrics.json").read_text())
             assert metrics["n"] == 3 and metrics["overall_accuracy"] == pytest.approx(2 / 3)
+
+
+# -- a README for users ------------------------------------------------------------------------------------
+
+
+def test_readme_is_short_and_links_every_docs_page_once():
+    """The README is a tour, under ~300 lines; the long versions live in docs/, each linked from it once."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300, "move explanations, tables and measurements to docs/"
+    links = re.findall(r"\]\((docs/[\w./-]+\.md)(?:#[\w-]+)?\)", text)
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(set(links)) == pages, (
+        f"unlinked: {sorted(set(pages) - set(links))}; missing: {sorted(set(links) - set(pages))}"
+    )
+    twice = sorted({link for link in links if links.count(link) > 1})
+    assert not twice, f"linked more than once: {twice}"
+
+
+def test_docs_links_resolve():
+    """Every relative link in README.md and docs/*.md points at a file that exists."""
+    broken = []
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
