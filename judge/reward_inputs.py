@@ -163,7 +163,7 @@ def verl_sample(
     question = extra.get("question", extra.get("prompt"))
     if question is not None and not isinstance(question, (str, Mapping)) and hasattr(question, "__iter__"):
         # a chat (a list, or the numpy array a parquet list becomes): its user turns
-        from judge.reward_fn import prompt_text
+        from judge.policy_reward import prompt_text
 
         question = prompt_text(list(question))
     if not isinstance(question, str) or not question:

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from training.rewards import JudgeReward, completion_text, judge_accuracy_reward, judge_format_reward, judge_reward
+from training.judge_reward import JudgeReward, completion_text, judge_accuracy_reward, judge_format_reward, judge_reward
 
 CASES = [
     # (completion, label, K, accuracy, format)

@@ -1,6 +1,6 @@
 """The judge as a TRL reward function for *policy* GRPO: each prompt's completions are judged against each other.
 
-    from judge.reward_fn import AsyncJudgeRewardFunction, JudgeRewardFunction
+    from judge.policy_reward import AsyncJudgeRewardFunction, JudgeRewardFunction
 
     reward = AsyncJudgeRewardFunction(server_url="http://judge-node:8000")           # `mrjudge serve`, over HTTP
     reward = JudgeRewardFunction(judge="runs/judge", reference_column="answer")      # a judge in this process
@@ -12,7 +12,7 @@ One call (`prompts`, `completions`, plus the dataset's columns as keyword lists,
    for one prompt form one group. The prompt text is a string prompt, or the text of the user turns of a
    conversational one; images come from the dataset's `images` / `image` column (or, failing that, from
    image parts inside the prompt messages); the reference from `reference_column` when given.
-2. **Plan.** Grouping and planning are the shared planner's (`judge.rewarding.group_samples`, the same
+2. **Plan.** Grouping and planning are the shared planner's (`judge.reward_planner.group_samples`, the same
    rules as the server and the verl / OpenRLHF integrations). A group is judged in `mode` (`listwise`: all
    completions as one multiple-choice question; `pairwise`: each against the reference; `tournament`),
    with two automatic changes:
@@ -23,7 +23,7 @@ One call (`prompts`, `completions`, plus the dataset's columns as keyword lists,
      is one, and gets `None` otherwise (likewise any group in pairwise mode whose reference is missing).
    A verdict the judge could not parse gives `None` too (counted in `judge/unscored_frac`), never 1/k.
 3. **Judge.** Over HTTP, one `POST /v1/reward` per group, all groups concurrently (`max_concurrency` in
-   flight, images as PNG data URLs); in process, all groups in one `judge.rewarding.compute_rewards`
+   flight, images as PNG data URLs); in process, all groups in one `judge.reward_scoring.compute_rewards`
    batch (the same engine the server runs).
 4. **Retry, then give up on the group.** Connection errors, timeouts, 408, 429 and 5xx are retried
    `max_retries` times with exponential back-off and jitter (a 503's `Retry-After` is honoured); other
@@ -63,7 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from judge.backends.base import check_pixel_range
-from judge.rewarding import MODES, RewardGroup, RewardRequest, RewardResult, compute_rewards, group_samples, scatter
+from judge.reward_planner import RewardGroup, group_samples, scatter
+from judge.reward_scoring import MODES, RewardRequest, RewardResult, compute_rewards
 
 __all__ = [
     "API_KEY_ENV",
