@@ -1,4 +1,6 @@
-"""Judge GRPO rewards: plain callables with TRL's reward signature, importable on their own.
+"""The reward the judge itself is trained on (judge GRPO): plain callables with TRL's reward signature.
+
+(The judge rewarding a *policy*'s completions is another reward: `judge.policy_reward`.)
 
 MR. Judge's reward is `0.9 · (parsed answer == label) + 0.1 · (well-formed <think>…</think><answer>X</answer>)`,
 and 0 for a completion longer than the budget (the paper's truncated reward: a judge that rambles past
@@ -20,10 +22,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from judge.parser import parse_choice
+from judge.reward_inputs import completion_text
 
 __all__ = [
     "JudgeReward",
-    "completion_text",
     "judge_accuracy_reward",
     "judge_format_reward",
     "judge_reward",
@@ -32,18 +34,6 @@ __all__ = [
 
 FORMAT = re.compile(r"^\s*<think>(?P<think>.+?)</think>\s*<answer>\s*[A-Z]\s*</answer>\s*$", re.DOTALL)
 """Exactly one reasoning block with content, then exactly one answer letter, nothing else."""
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a completion: a string, or the content of the last message of a conversational one."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content", "")
-        if isinstance(content, list):
-            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        return content or ""
-    return ""
 
 
 def _is_well_formed(text: str) -> bool:

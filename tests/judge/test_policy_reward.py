@@ -25,8 +25,6 @@ from judge.judging import Judge, JudgeConfig
 from judge.policy_reward import (
     AsyncJudgeRewardFunction,
     JudgeRewardFunction,
-    completion_text,
-    prompt_text,
     reward_endpoint,
 )
 from judge.reward_scoring import RewardRequest, compute_rewards
@@ -131,44 +129,6 @@ def reward_server(server):
 
 def _http(url: str, **kwargs) -> JudgeRewardFunction:
     return JudgeRewardFunction(url, **{"backoff_s": 0.01, "timeout_s": 10.0, **kwargs})
-
-
-# -- reading TRL's arguments ------------------------------------------------------------------------------
-
-MULTI_TURN = [{"role": "user", "content": "A"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "B"}]
-TOOL_USE = [
-    {"role": "assistant", "content": "call"},
-    {"role": "tool", "content": "42"},
-    {"role": "assistant", "content": "It is 42."},
-]
-
-
-@pytest.mark.parametrize(
-    ("prompt", "text"),
-    [
-        ("Plain?", "Plain?"),  # standard (non-conversational) prompt
-        ([{"role": "user", "content": "Q?"}], "Q?"),  # conversational, string content
-        ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q?"}], "Q?"),  # system left out
-        ([{"role": "user", "content": [{"type": "image", "image": None}, {"type": "text", "text": "Q?"}]}], "Q?"),
-        (MULTI_TURN, "A\n\nB"),  # multi-turn: every user turn
-    ],
-)
-def test_prompt_text(prompt, text):
-    assert prompt_text(prompt) == text
-
-
-@pytest.mark.parametrize(
-    ("completion", "text"),
-    [
-        ("Red.", "Red."),  # standard
-        ([{"role": "assistant", "content": "Red."}], "Red."),  # conversational
-        ([{"role": "assistant", "content": [{"type": "text", "text": "Red."}]}], "Red."),  # content blocks
-        (TOOL_USE, "It is 42."),  # tool use: the final answer
-        ([], ""),  # nothing generated
-    ],
-)
-def test_completion_text(completion, text):
-    assert completion_text(completion) == text
 
 
 @pytest.mark.parametrize(
