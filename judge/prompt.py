@@ -49,7 +49,7 @@ DEFAULT_CRITERIA = (
 ANSWER_FORMAT = (
     "Think it through inside <think> and </think>, then give the letter of the best candidate as <answer>X</answer>."
 )
-"""The output contract that `judge.parser` and the format reward check."""
+"""The output contract: `judge.parser` reads the answer, and `judge.parser.is_well_formed` (the format reward) checks it."""
 
 MAX_CANDIDATES = len(string.ascii_uppercase)
 

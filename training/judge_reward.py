@@ -17,11 +17,10 @@ parser the judge uses at inference reads the answers, so training and evaluation
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from judge.parser import parse_choice
+from judge.parser import is_well_formed, parse_choice
 from judge.reward_inputs import completion_text
 
 __all__ = [
@@ -32,18 +31,10 @@ __all__ = [
     "make_judge_reward",
 ]
 
-FORMAT = re.compile(r"^\s*<think>(?P<think>.+?)</think>\s*<answer>\s*[A-Z]\s*</answer>\s*$", re.DOTALL)
-"""Exactly one reasoning block with content, then exactly one answer letter, nothing else."""
-
-
-def _is_well_formed(text: str) -> bool:
-    match = FORMAT.match(text)
-    return bool(match) and "<think>" not in match.group("think") and "<answer>" not in match.group("think")
-
 
 def judge_format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """1.0 for a well-formed `<think>…</think><answer>X</answer>` completion, else 0.0."""
-    return [float(_is_well_formed(completion_text(c))) for c in completions]
+    return [float(is_well_formed(completion_text(c))) for c in completions]
 
 
 def judge_accuracy_reward(
