@@ -31,6 +31,7 @@ __all__ = [
     "PromptConfig",
     "build_messages",
     "build_prompt_text",
+    "lettered_candidates",
     "option_letters",
 ]
 
@@ -65,6 +66,16 @@ def option_letters(k: int) -> list[str]:
     return list(string.ascii_uppercase[:k])
 
 
+def lettered_candidates(candidates: list[str]) -> str:
+    """The candidate block, one `A. text` line each: the judge prompt's, and the distillation reasoning prompt's.
+
+    >>> print(lettered_candidates(["4", "5"]))
+    A. 4
+    B. 5
+    """
+    return "\n".join(f"{letter}. {text}" for letter, text in zip(option_letters(len(candidates)), candidates))
+
+
 @dataclass
 class PromptConfig:
     """The wording of the judge prompt; every field may be replaced (e.g. from a YAML config)."""
@@ -95,13 +106,11 @@ def build_prompt_text(question: str, candidates: list[str], config: PromptConfig
     ['Question: 2+2?', '', 'Candidates:', 'A. 4']
     """
     config = config or PromptConfig()
-    letters = option_letters(len(candidates))
     parts = [config.instruction]
     if config.criteria:
         parts.append(config.criteria)
-    lines = "\n".join(f"{letter}. {text}" for letter, text in zip(letters, candidates))
     head = "\n".join(parts)
-    return f"{head}\n\nQuestion: {question}\n\nCandidates:\n{lines}\n\n{config.answer_format}"
+    return f"{head}\n\nQuestion: {question}\n\nCandidates:\n{lettered_candidates(candidates)}\n\n{config.answer_format}"
 
 
 def build_messages(
