@@ -260,7 +260,7 @@ def main() -> None:
     import torch
 
     from judge.judging import JudgeConfig
-    from judge.reward_fn import JudgeRewardFunction
+    from judge.policy_reward import JudgeRewardFunction
     from judge.tiny import build_tiny_model
     from training.policy import JudgePolicyGRPOConfig, run_policy
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from data_synthesis.negatives import PAPER_CATEGORIES
-from data_synthesis.prompts import HINT_REMOVAL, REASON, STYLE_ALIGN, hint_sentence, lettered
+from data_synthesis.prompts import HINT_REMOVAL, REASON, STYLE_ALIGN, hint_sentence
 from data_synthesis.sampling import generate_rows, sampling_for
 from data_synthesis.thinking import Reply, read_reply, think_blocks
 from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams
 from judge.parser import parse_answer
-from judge.prompt import option_letters
+from judge.prompt import lettered_candidates, option_letters
 
 __all__ = [
     "PAPER_CATEGORIES",
@@ -134,7 +134,7 @@ class ModelReasoner:
             text = REASON.format(
                 description=item["meta"].get("description", ""),
                 question=item["question"],
-                options=lettered(item["candidates"]),
+                options=lettered_candidates(item["candidates"]),
                 hint=hint_sentence(letter),
             )
             requests.append(ChatRequest(messages=[{"role": "user", "content": text}]))

@@ -1,7 +1,8 @@
 """Every prompt the data engine sends to a model, each with a version recorded in every output row.
 
 Change a prompt's text → bump its version, so rows made with different wording can be told apart.
-The judge's own MC prompt lives in `judge.prompt`; these are the synthesis-side prompts.
+The judge's own MC prompt, and the lettered candidate block both share, live in `judge.prompt`; these are
+the synthesis-side prompts.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from data_synthesis.records import FLAWS
-from judge.prompt import option_letters
 
 __all__ = [
     "DESCRIBE",
@@ -19,7 +19,6 @@ __all__ = [
     "STYLE_ALIGN",
     "VersionedPrompt",
     "hint_sentence",
-    "lettered",
 ]
 
 
@@ -82,11 +81,6 @@ STYLE_ALIGN = VersionedPrompt(
     "'the description says', and change nothing else, keeping the <think> and <answer> tags.\n\n{text}",
 )
 """Step 4: a judge sees the image, not a description of it."""
-
-
-def lettered(options: list[str]) -> str:
-    """`A. first\\nB. second`, the option block shared by the judge prompt and the reasoning prompt."""
-    return "\n".join(f"{letter}. {text}" for letter, text in zip(option_letters(len(options)), options))
 
 
 def hint_sentence(letter: str) -> str:

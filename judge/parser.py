@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ParsedAnswer", "extract_reasoning", "parse_answer", "parse_choice"]
+__all__ = ["WELL_FORMED", "ParsedAnswer", "extract_reasoning", "is_well_formed", "parse_answer", "parse_choice"]
 
 _TAG = re.compile(
     r"<answer>\s*(?:\*\*)?\s*(?:(?:the\s+)?(?:best\s+)?(?:option|candidate|answer|choice)\s*[:\-]?\s*)?"
@@ -41,6 +41,8 @@ _PHRASE = re.compile(
     r"[\s*]*(?i:is|:)[\s*]*(?i:option\s+|candidate\s+)?[(\[]?(?P<label>[A-Z])[)\]]?(?=[\s.,;:!*]|$)"
 )
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
+WELL_FORMED = re.compile(r"^\s*<think>(?P<think>.+?)</think>\s*<answer>\s*[A-Z]\s*</answer>\s*$", re.DOTALL)
+"""The output contract to the letter: one reasoning block with content, then one answer letter, nothing else."""
 
 
 @dataclass(frozen=True)
@@ -106,3 +108,15 @@ def extract_reasoning(text: object) -> str:
     if m:
         return m.group(1).strip()
     return text.split("<answer>", 1)[0].strip()
+
+
+def is_well_formed(text: object) -> bool:
+    """True when `text` keeps the output contract exactly (`WELL_FORMED`, no tag nested in the reasoning).
+
+    Stricter than `parse_answer`, which reads a decision out of any text: this is what the format reward pays.
+
+    >>> is_well_formed("<think>B is red.</think><answer>B</answer>"), is_well_formed("The answer is B.")
+    (True, False)
+    """
+    match = WELL_FORMED.match(text) if isinstance(text, str) else None
+    return bool(match) and "<think>" not in match.group("think") and "<answer>" not in match.group("think")

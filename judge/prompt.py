@@ -31,6 +31,7 @@ __all__ = [
     "PromptConfig",
     "build_messages",
     "build_prompt_text",
+    "lettered_candidates",
     "option_letters",
 ]
 
@@ -49,7 +50,7 @@ DEFAULT_CRITERIA = (
 ANSWER_FORMAT = (
     "Think it through inside <think> and </think>, then give the letter of the best candidate as <answer>X</answer>."
 )
-"""The output contract that `judge.parser` and the format reward check."""
+"""The output contract: `judge.parser` reads the answer, and `judge.parser.is_well_formed` (the format reward) checks it."""
 
 MAX_CANDIDATES = len(string.ascii_uppercase)
 
@@ -63,6 +64,16 @@ def option_letters(k: int) -> list[str]:
     if not 2 <= k <= MAX_CANDIDATES:
         raise ValueError(f"a multiple-choice item needs 2 to {MAX_CANDIDATES} candidates, got {k}")
     return list(string.ascii_uppercase[:k])
+
+
+def lettered_candidates(candidates: list[str]) -> str:
+    """The candidate block, one `A. text` line each: the judge prompt's, and the distillation reasoning prompt's.
+
+    >>> print(lettered_candidates(["4", "5"]))
+    A. 4
+    B. 5
+    """
+    return "\n".join(f"{letter}. {text}" for letter, text in zip(option_letters(len(candidates)), candidates))
 
 
 @dataclass
@@ -95,13 +106,11 @@ def build_prompt_text(question: str, candidates: list[str], config: PromptConfig
     ['Question: 2+2?', '', 'Candidates:', 'A. 4']
     """
     config = config or PromptConfig()
-    letters = option_letters(len(candidates))
     parts = [config.instruction]
     if config.criteria:
         parts.append(config.criteria)
-    lines = "\n".join(f"{letter}. {text}" for letter, text in zip(letters, candidates))
     head = "\n".join(parts)
-    return f"{head}\n\nQuestion: {question}\n\nCandidates:\n{lines}\n\n{config.answer_format}"
+    return f"{head}\n\nQuestion: {question}\n\nCandidates:\n{lettered_candidates(candidates)}\n\n{config.answer_format}"
 
 
 def build_messages(

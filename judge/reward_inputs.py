@@ -1,5 +1,10 @@
 """What RL frameworks hand a reward function, read into the planner's samples (prompt, response, reference, images).
 
+- **TRL** calls a reward function with `prompts`, `completions` and the dataset's columns; a prompt or a
+  completion is a string, or chat messages whose content is a string or typed parts. `prompt_text`,
+  `completion_text` and `prompt_images` read them, for the judge rewarding a policy (`judge.policy_reward`)
+  and for the judge's own GRPO reward (`training.judge_reward`) alike.
+
 Neither OpenRLHF nor verl sends images (or, in verl, the prompt) to a reward function, so they travel in the
 fields that do reach it, and the reward server reads image paths under its `--allow-local-images` folder:
 
@@ -24,13 +29,24 @@ fields that do reach it, and the reward server reads image paths under its `--al
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JudgeLabel", "decode_label", "question_text", "split_query", "verl_sample"]
+__all__ = [
+    "JudgeLabel",
+    "completion_text",
+    "decode_label",
+    "image_digest",
+    "prompt_images",
+    "prompt_text",
+    "question_text",
+    "split_query",
+    "verl_sample",
+]
 
 MEDIA_PADS = ("<|image_pad|>", "<|video_pad|>", "<image_soft_token>", "<image>", "<|IMAGE|>")
 """Image placeholder tokens a processor repeats N times per image (Qwen2/2.5/3-VL, Gemma 3, LLaVA)."""
@@ -163,8 +179,6 @@ def verl_sample(
     question = extra.get("question", extra.get("prompt"))
     if question is not None and not isinstance(question, (str, Mapping)) and hasattr(question, "__iter__"):
         # a chat (a list, or the numpy array a parquet list becomes): its user turns
-        from judge.reward_fn import prompt_text
-
         question = prompt_text(list(question))
     if not isinstance(question, str) or not question:
         raise ValueError(
@@ -181,3 +195,73 @@ def verl_sample(
         raw = [raw]
     images = [_image_ref(v, f"extra_info['images'][{j}]") for j, v in enumerate(list(raw))]
     return question_text(question), reference or None, images
+
+
+# -- TRL: prompts and completions as strings or chat messages ----------------------------------------------
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(
+            part.get("text") or "" for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return ""
+
+
+def prompt_text(prompt: Any) -> str:
+    """The question a prompt asks: a string as is, else the text of its user turns (system turns and images left out).
+
+    >>> prompt_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}])
+    'Why?'
+    """
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        turns = [_content_text(m.get("content")) for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+        return "\n\n".join(t for t in turns if t)
+    return str(prompt)
+
+
+def completion_text(completion: Any) -> str:
+    """A completion's answer: a string as is, else the text of its last assistant message.
+
+    >>> completion_text([{"role": "assistant", "content": [{"type": "text", "text": "Red."}]}])
+    'Red.'
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion:
+        turns = [m for m in completion if isinstance(m, Mapping)]
+        answer = next((m for m in reversed(turns) if m.get("role") == "assistant"), turns[-1] if turns else None)
+        return _content_text(answer.get("content")) if answer else ""
+    return ""
+
+
+def prompt_images(prompt: Any) -> list[Any]:
+    """Images carried inside conversational prompt messages (`{"type": "image", "image": <PIL>}`, as TRL fills them)."""
+    if not isinstance(prompt, Sequence) or isinstance(prompt, str):
+        return []
+    return [
+        part["image"]
+        for message in prompt
+        if isinstance(message, Mapping) and isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, Mapping) and part.get("type") == "image" and part.get("image") is not None
+    ]
+
+
+def image_digest(ref: Any) -> str:
+    """A content hash, so the G copies of one dataset image (separate objects) fall into one group."""
+    digest = hashlib.sha1()
+    if hasattr(ref, "tobytes") and hasattr(ref, "size"):  # PIL image
+        digest.update(f"{ref.mode}{ref.size}".encode())
+        digest.update(ref.tobytes())
+    elif isinstance(ref, (bytes, bytearray)):
+        digest.update(bytes(ref))
+    elif isinstance(ref, Mapping):  # datasets' Image feature: {"bytes", "path"}
+        digest.update(ref.get("bytes") or str(ref.get("path")).encode())
+    else:
+        digest.update(str(ref).encode())
+    return digest.hexdigest()

@@ -536,7 +536,7 @@ def _plot_policy(logs: list[dict[str, Any]], before: float, after: float, path: 
 
 def policy(ctx: StageContext) -> dict[str, Any]:
     """Serve the final judge on loopback; warm-start a tiny policy; GRPO it with the server as its reward."""
-    from judge.reward_fn import JudgeRewardFunction
+    from judge.policy_reward import JudgeRewardFunction
     from judge.server import create_app
     from judge.server.config import ServerConfig
     from judge.tiny import build_tiny_model

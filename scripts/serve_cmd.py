@@ -159,7 +159,7 @@ def reward_usage(url: str, *, keyed: bool, group_size: int) -> str:
         f"mr-judge reward server on {url} ({'API key required' if keyed else 'no API key'})",
         "Use it as the reward in",
         "  TRL (Python):",
-        "    from judge.reward_fn import AsyncJudgeRewardFunction",
+        "    from judge.policy_reward import AsyncJudgeRewardFunction",
         f'    reward = AsyncJudgeRewardFunction(server_url="{url}")'
         + ("  # key from $MRJUDGE_SERVER_API_KEY" if keyed else ""),
         "  verl (environment, then config overrides for verl.trainer.main_ppo):",

@@ -4,7 +4,7 @@
     accelerate launch --config_file configs/accelerate/zero3.yaml -m scripts.cli train grpo --config configs/judge_grpo_qwen2_5_vl_7b.yaml
 
 The data are `rl/train.jsonl` items from `mrjudge synth assemble`; the reward is
-`training.rewards.JudgeReward`: 0.9 · correct + 0.1 · well-formed, 0 past the length budget.
+`training.judge_reward.JudgeReward`: 0.9 · correct + 0.1 · well-formed, 0 past the length budget.
 
 From a LoRA warm-up SFT, either continue its adapter or start from the merged judge (docs/lora-handoff.md):
 
@@ -27,7 +27,7 @@ from trl import GRPOConfig
 from judge.prompt import PromptConfig
 from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
 from training.data import load_grpo_dataset
-from training.rewards import JudgeReward
+from training.judge_reward import JudgeReward
 
 __all__ = ["JudgeGRPOConfig", "build_grpo_trainer", "run_grpo"]
 

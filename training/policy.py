@@ -7,7 +7,7 @@
 The data are prompts, one JSON object per line: `{"prompt", "image"?, "images"?, "answer"?}`, where
 `prompt` is a string or a list of chat messages; the synthetic world's records work as they are
 (`{"id", "image", "question", "answer"}`: question → prompt, answer → reference). The reward is
-`judge.reward_fn`'s: each prompt's `num_generations` completions are judged against each other (listwise),
+`judge.policy_reward`'s: each prompt's `num_generations` completions are judged against each other (listwise),
 against the reference answer (pairwise) or in a tournament, by a reward server (`judge_server_url`) or a
 judge loaded in each training process (`judge_model`).
 
@@ -24,8 +24,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from judge.reward_fn import API_KEY_ENV, AsyncJudgeRewardFunction, JudgeRewardFunction
-from judge.rewarding import MODES
+from judge.policy_reward import API_KEY_ENV, AsyncJudgeRewardFunction, JudgeRewardFunction
+from judge.reward_scoring import MODES
 from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
 from training.replay_trainer import ReplayArguments
 

@@ -7,7 +7,7 @@
 OpenRLHF (main) loads this file with `importlib.util.spec_from_file_location` and calls `reward_func` once
 per sample, from a worker thread, with `[query]`, `[prompt]`, `[label]` (label `""` when the dataset has
 none). It posts them to the server's `/get_reward` with the bearer key (OpenRLHF's own HTTP route sends
-none); the server does the rest with the shared planner (`judge.rewarding`): it splits the query (VLM
+none); the server does the rest with the shared planner (`judge.reward_planner`): it splits the query (VLM
 image placeholders collapsed), reads the question out of the chat template, waits for the other samples
 of the prompt (start it with `--group-size` = `n_samples_per_prompt`) and judges them listwise, or a lone
 sample against its label, or leaves it unscored.
@@ -45,7 +45,7 @@ URL_ENV = "MRJUDGE_REWARD_URL"
 KEY_ENV = "MRJUDGE_SERVER_API_KEY"
 TIMEOUT_ENV = "MRJUDGE_REWARD_TIMEOUT_S"
 NEUTRAL_REWARD = 0.5
-"""`judge.rewarding.NEUTRAL_REWARD`, repeated so this file needs nothing but the standard library."""
+"""`judge.reward_planner.NEUTRAL_REWARD`, repeated so this file needs nothing but the standard library."""
 RETRIES = 4
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 

@@ -16,8 +16,8 @@ verl passes neither the prompt nor the images to a reward function, so the datas
 `extra_info`: `question` (text or chat), `images` (paths relative to the server's `--allow-local-images`
 folder, data URLs, or `{"bytes": ...}`), and optionally `reference` (else `ground_truth`; `""` is none).
 
-Grouping, mode choice and the unscored rule are the shared planner's (`judge.rewarding`, through
-`judge.reward_fn.JudgeRewardFunction`). verl puts each value in a tensor, so it has no "skip": an unscored
+Grouping, mode choice and the unscored rule are the shared planner's (`judge.reward_planner`, through
+`judge.policy_reward.JudgeRewardFunction`). verl puts each value in a tensor, so it has no "skip": an unscored
 response gets `fill_unscored`'s value (its group's mean scored reward, else 0.5). Every result is a dict
 with the same keys: `score`, `judge_scored` (1/0) and `judge_group_size`, which verl logs per key.
 
@@ -33,9 +33,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from judge.reward_fn import API_KEY_ENV, JudgeRewardFunction
+from judge.policy_reward import API_KEY_ENV, JudgeRewardFunction
 from judge.reward_inputs import verl_sample
-from judge.rewarding import fill_unscored, group_samples
+from judge.reward_planner import fill_unscored, group_samples
 
 __all__ = ["compute_score", "compute_score_batch"]
 

@@ -1,6 +1,6 @@
 """The reward server: HTTP in, `compute_rewards` / `Judge.select` out, through one batching worker.
 
-Routes only adapt wire formats (`judge.server.limits`) to the reward engine (`judge.rewarding`); the judge,
+Routes only adapt wire formats (`judge.server.limits`) to the reward planner (`judge.reward_planner`); the judge,
 the config, the metrics and the batcher live on `app.state`. Every refusal is a 4xx JSON envelope
 `{"error": {"message", "field", "type"}}`; the worker survives any request, and an unexpected failure is a
 500 envelope that leaves the connection usable.
@@ -16,7 +16,7 @@ its work up; the batch it was in stops at its next backend call once nobody wait
 
 Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF; one-sample requests are held
 in groups of `group_size`, `judge.server.get_reward`), `GET /health`, `GET /metrics`, `GET /v1/adapters`.
-Rewards are planned by `judge.rewarding` (the planner TRL, verl and OpenRLHF share); unscored ones are
+Rewards are planned by `judge.reward_planner` (the planner TRL, verl and OpenRLHF share); unscored ones are
 counted in `/metrics` (`mrjudge_rewards_total{outcome}`).
 
 With an adapter store (`ServerConfig.adapter_store`), a request's `"model": "policy@prod"` (or
@@ -48,7 +48,8 @@ from judge.adapters.pool import AdapterPool
 from judge.adapters.store import AdapterStore, AdapterStoreError, BaseMismatchError, Revision
 from judge.images import fitted_size
 from judge.judging import Judge
-from judge.rewarding import RewardRequest, RewardResult, compute_rewards, group_id, plan_cost
+from judge.reward_planner import group_id, plan_cost
+from judge.reward_scoring import RewardRequest, RewardResult, compute_rewards
 from judge.server.batching import Batcher, BatchStopped, JobTimeout, QueueFull, ShuttingDown
 from judge.server.config import ServerConfig
 from judge.server.errors import WireError

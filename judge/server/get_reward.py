@@ -5,7 +5,7 @@ OpenRLHF (main, `SingleTurnAgentExecutor`) posts one sample per request, without
 `{"rewards", "scores", "extra_logs"}`. The G samples of one prompt are generated concurrently, so their
 requests arrive close together: with `group_size` > 1 the server holds each sample in a `GroupPool` under
 its (prompt, images, reference) key until `group_size` of them are there (or `group_wait_s` has passed),
-then judges them as one group through the shared planner (`judge.rewarding`).
+then judges them as one group through the shared planner (`judge.reward_planner`).
 
 Each query is split with `judge.reward_inputs.split_query` (image placeholders expanded to N pad tokens are
 collapsed first), the question is read out of the chat template, and the label is decoded as a reference
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from judge.reward_inputs import decode_label, question_text, split_query
-from judge.rewarding import RewardRequest, RewardResult, fill_unscored, group_samples, plan_cost
+from judge.reward_planner import fill_unscored, group_samples, plan_cost
+from judge.reward_scoring import RewardRequest, RewardResult
 from judge.server.config import ServerConfig
 from judge.server.limits import (
     GET_REWARD_FIELDS,

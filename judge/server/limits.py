@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from judge.rewarding import MODES, RewardRequest
+from judge.reward_scoring import MODES, RewardRequest
 from judge.server.config import ServerConfig
 from judge.server.errors import WireError, invalid, quote, too_large, type_name
 from judge.server.wire_images import ImageBudget

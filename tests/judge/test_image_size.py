@@ -23,7 +23,7 @@ from judge.backends.openai_http import OpenAIBackend
 from judge.images import fitted_size
 from judge.judging import Judge, JudgeConfig
 from judge.models import load_model, load_processor, set_pixel_range
-from judge.reward_fn import JudgeRewardFunction
+from judge.policy_reward import JudgeRewardFunction
 from judge.server import ServerConfig, create_app
 from judge.server.background import serve_in_thread
 from scripts.cli import main
@@ -194,7 +194,7 @@ def test_reward_client_resizes_images_the_server_would_refuse(caplog):
     completions = ["A sunset. score=1", "A beach. score=3"]
     with serve_in_thread(app) as root:
         plain = JudgeRewardFunction(root, max_retries=0)
-        with caplog.at_level(logging.WARNING, logger="judge.reward_fn"):
+        with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
             assert plain(prompts, completions, images=[[picture]] * 2) == [None, None]
         assert "HTTP 413 (field 'images[0]')" in caplog.text and "max_image_bytes" in caplog.text
         assert backend.image_sizes == []

@@ -22,8 +22,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from judge.reward_fn import JudgeRewardFunction
-from judge.rewarding import NEUTRAL_REWARD
+from judge.policy_reward import JudgeRewardFunction
+from judge.reward_planner import NEUTRAL_REWARD
 
 KEY = "integration-key"
 QUESTION = "What colour is the picture?"

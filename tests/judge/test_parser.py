@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from judge.parser import extract_reasoning, parse_answer, parse_choice
+from judge.parser import extract_reasoning, is_well_formed, parse_answer, parse_choice
 
 CASES = [
     ("<think>A is wrong.</think><answer>B</answer>", 2, 1),  # the trained form
@@ -82,3 +82,20 @@ def test_reasoning_extraction():
     assert extract_reasoning("<think> A is blue. </think><answer>B</answer>") == "A is blue."
     assert extract_reasoning("B is right.<answer>B</answer>") == "B is right."
     assert extract_reasoning(None) == ""
+
+
+WELL_FORMED_CASES = [
+    ("<think>B shows red.</think><answer>B</answer>", True),  # the contract
+    ("  <think>x</think>\n<answer> B </answer>\n", True),  # whitespace around the parts
+    ("<think></think><answer>B</answer>", False),  # empty reasoning
+    ("<think>x</think><answer>B</answer> more", False),  # text after the answer
+    ("<think>a <answer>A</answer> b</think><answer>B</answer>", False),  # an answer nested in the reasoning
+    ("<think>x</think><answer>b</answer>", False),  # a lower-case letter parses, but is not the contract
+    ("The best answer is B.", False),  # a fallback phrase parses, but is not the contract
+    (None, False),  # total, like the parser: anything in, never a raise
+]
+
+
+@pytest.mark.parametrize(("text", "ok"), WELL_FORMED_CASES)
+def test_is_well_formed(text, ok):
+    assert is_well_formed(text) is ok

@@ -1,10 +1,18 @@
-"""Reading what OpenRLHF and verl hand a reward function: templated queries, labels, extra_info."""
+"""Reading what TRL, OpenRLHF and verl hand a reward function: chat messages, templated queries, labels, extra_info."""
 
 from __future__ import annotations
 
 import pytest
 
-from judge.reward_inputs import JudgeLabel, decode_label, question_text, split_query, verl_sample
+from judge.reward_inputs import (
+    JudgeLabel,
+    completion_text,
+    decode_label,
+    prompt_text,
+    question_text,
+    split_query,
+    verl_sample,
+)
 
 CHATML = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -94,3 +102,42 @@ def test_verl_sample_reads_extra_info():
     assert verl_sample("x", "r", {"question": "Q", "reference": "R"})[1] == "R"  # extra_info wins
     with pytest.raises(ValueError, match=r"extra_info\['question'\]"):
         verl_sample("x", "r", {"index": 0})
+
+
+# -- TRL's prompts and completions ------------------------------------------------------------------------------
+
+MULTI_TURN = [{"role": "user", "content": "A"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "B"}]
+TOOL_USE = [
+    {"role": "assistant", "content": "call"},
+    {"role": "tool", "content": "42"},
+    {"role": "assistant", "content": "It is 42."},
+]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "text"),
+    [
+        ("Plain?", "Plain?"),  # standard (non-conversational) prompt
+        ([{"role": "user", "content": "Q?"}], "Q?"),  # conversational, string content
+        ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q?"}], "Q?"),  # system left out
+        ([{"role": "user", "content": [{"type": "image", "image": None}, {"type": "text", "text": "Q?"}]}], "Q?"),
+        (MULTI_TURN, "A\n\nB"),  # multi-turn: every user turn
+    ],
+)
+def test_prompt_text(prompt, text):
+    assert prompt_text(prompt) == text
+
+
+@pytest.mark.parametrize(
+    ("completion", "text"),
+    [
+        ("Red.", "Red."),  # standard
+        ([{"role": "assistant", "content": "Red."}], "Red."),  # conversational
+        ([{"role": "assistant", "content": [{"type": "text", "text": "Red."}]}], "Red."),  # content blocks
+        (TOOL_USE, "It is 42."),  # tool use: the final answer
+        ([], ""),  # nothing generated
+        ([{"role": "assistant", "content": [{"type": "text", "text": None}]}], ""),  # a part with no text
+    ],
+)
+def test_completion_text(completion, text):
+    assert completion_text(completion) == text

@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from data_synthesis.prompts import DESCRIBE, HINT_REMOVAL, NEGATIVES, REASON, STYLE_ALIGN, hint_sentence, lettered
+from data_synthesis.prompts import DESCRIBE, HINT_REMOVAL, NEGATIVES, REASON, STYLE_ALIGN, hint_sentence
 from judge.models import load_model
-from judge.prompt import build_messages
+from judge.prompt import build_messages, lettered_candidates
 
 PARROT_P_B = 0.7
 REASONING = "<think>I compare each candidate with the image.</think>"
@@ -69,7 +69,7 @@ def _example(rng: random.Random) -> tuple[list[dict], list[Image.Image], str]:
         image = _image(rng)
         return _user(DESCRIBE.template, image), [image], DESCRIPTION_REPLY
     if kind == "reason":
-        options = lettered([answer, f"The shape is {rng.choice(COLOURS)}."])
+        options = lettered_candidates([answer, f"The shape is {rng.choice(COLOURS)}."])
         text = REASON.format(description=DESCRIPTION_REPLY, question=question, options=options, hint=hint_sentence("B"))
         return _user(text, None), [], TEXT_TRACE
     prompt = rng.choice([HINT_REMOVAL, STYLE_ALIGN])

@@ -2,7 +2,7 @@
 
 The steps run a tiny policy on the synthetic world with the judge in process (an untrained tiny judge,
 so every completion of a group of 4 gets exactly 1/4: it never writes an answer) and over HTTP (the
-stand-in reward server of `tests/judge/test_reward_fn.py`, a rule judge, failing its first call).
+stand-in reward server of `tests/judge/test_policy_reward.py`, a rule judge, failing its first call).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from transformers import TrainerCallback
 
-from judge.reward_fn import AsyncJudgeRewardFunction, JudgeRewardFunction
+from judge.policy_reward import AsyncJudgeRewardFunction, JudgeRewardFunction
 from judge.types import DataError
 from scripts.cli import main
-from tests.judge.test_reward_fn import _fresh_state, make_reward_app
+from tests.judge.test_policy_reward import _fresh_state, make_reward_app
 from tests.support.openai_server import serve
 from training.common import load_config
 from training.policy import JudgePolicyGRPOConfig, build_policy_trainer, load_prompt_dataset

@@ -6,7 +6,8 @@ import pickle
 
 import pytest
 
-from training.rewards import JudgeReward, completion_text, judge_accuracy_reward, judge_format_reward, judge_reward
+from judge.reward_inputs import completion_text
+from training.judge_reward import JudgeReward, judge_accuracy_reward, judge_format_reward, judge_reward
 
 CASES = [
     # (completion, label, K, accuracy, format)

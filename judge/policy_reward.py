@@ -1,6 +1,6 @@
 """The judge as a TRL reward function for *policy* GRPO: each prompt's completions are judged against each other.
 
-    from judge.reward_fn import AsyncJudgeRewardFunction, JudgeRewardFunction
+    from judge.policy_reward import AsyncJudgeRewardFunction, JudgeRewardFunction
 
     reward = AsyncJudgeRewardFunction(server_url="http://judge-node:8000")           # `mrjudge serve`, over HTTP
     reward = JudgeRewardFunction(judge="runs/judge", reference_column="answer")      # a judge in this process
@@ -12,7 +12,7 @@ One call (`prompts`, `completions`, plus the dataset's columns as keyword lists,
    for one prompt form one group. The prompt text is a string prompt, or the text of the user turns of a
    conversational one; images come from the dataset's `images` / `image` column (or, failing that, from
    image parts inside the prompt messages); the reference from `reference_column` when given.
-2. **Plan.** Grouping and planning are the shared planner's (`judge.rewarding.group_samples`, the same
+2. **Plan.** Grouping and planning are the shared planner's (`judge.reward_planner.group_samples`, the same
    rules as the server and the verl / OpenRLHF integrations). A group is judged in `mode` (`listwise`: all
    completions as one multiple-choice question; `pairwise`: each against the reference; `tournament`),
    with two automatic changes:
@@ -23,7 +23,7 @@ One call (`prompts`, `completions`, plus the dataset's columns as keyword lists,
      is one, and gets `None` otherwise (likewise any group in pairwise mode whose reference is missing).
    A verdict the judge could not parse gives `None` too (counted in `judge/unscored_frac`), never 1/k.
 3. **Judge.** Over HTTP, one `POST /v1/reward` per group, all groups concurrently (`max_concurrency` in
-   flight, images as PNG data URLs); in process, all groups in one `judge.rewarding.compute_rewards`
+   flight, images as PNG data URLs); in process, all groups in one `judge.reward_scoring.compute_rewards`
    batch (the same engine the server runs).
 4. **Retry, then give up on the group.** Connection errors, timeouts, 408, 429 and 5xx are retried
    `max_retries` times with exponential back-off and jitter (a 503's `Retry-After` is honoured); other
@@ -52,7 +52,6 @@ created lazily in each process.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import random
@@ -63,14 +62,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from judge.backends.base import check_pixel_range
-from judge.rewarding import MODES, RewardGroup, RewardRequest, RewardResult, compute_rewards, group_samples, scatter
+from judge.reward_inputs import completion_text, image_digest, prompt_images, prompt_text
+from judge.reward_planner import RewardGroup, group_samples, scatter
+from judge.reward_scoring import MODES, RewardRequest, RewardResult, compute_rewards
 
 __all__ = [
     "API_KEY_ENV",
     "AsyncJudgeRewardFunction",
     "JudgeRewardFunction",
-    "completion_text",
-    "prompt_text",
     "reward_endpoint",
 ]
 
@@ -81,76 +80,6 @@ API_KEY_ENV = "MRJUDGE_SERVER_API_KEY"
 
 RETRYABLE_STATUS = frozenset({408, 429})
 """Besides every 5xx: request timeout and rate limiting are worth another try; other 4xx are not."""
-
-
-# -- reading TRL's arguments ------------------------------------------------------------------------------
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(
-            part.get("text") or "" for part in content if isinstance(part, Mapping) and part.get("type") == "text"
-        )
-    return ""
-
-
-def prompt_text(prompt: Any) -> str:
-    """The question a prompt asks: a string as is, else the text of its user turns (system turns and images left out).
-
-    >>> prompt_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}])
-    'Why?'
-    """
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, Sequence):
-        turns = [_content_text(m.get("content")) for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
-        return "\n\n".join(t for t in turns if t)
-    return str(prompt)
-
-
-def completion_text(completion: Any) -> str:
-    """A completion's answer: a string as is, else the text of its last assistant message.
-
-    >>> completion_text([{"role": "assistant", "content": [{"type": "text", "text": "Red."}]}])
-    'Red.'
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion:
-        turns = [m for m in completion if isinstance(m, Mapping)]
-        answer = next((m for m in reversed(turns) if m.get("role") == "assistant"), turns[-1] if turns else None)
-        return _content_text(answer.get("content")) if answer else ""
-    return ""
-
-
-def _prompt_images(prompt: Any) -> list[Any]:
-    """Images carried inside conversational prompt messages (`{"type": "image", "image": <PIL>}`, as TRL fills them)."""
-    if not isinstance(prompt, Sequence) or isinstance(prompt, str):
-        return []
-    return [
-        part["image"]
-        for message in prompt
-        if isinstance(message, Mapping) and isinstance(message.get("content"), list)
-        for part in message["content"]
-        if isinstance(part, Mapping) and part.get("type") == "image" and part.get("image") is not None
-    ]
-
-
-def _image_digest(ref: Any) -> str:
-    """A content hash, so the G copies of one dataset image (separate objects) fall into one group."""
-    digest = hashlib.sha1()
-    if hasattr(ref, "tobytes") and hasattr(ref, "size"):  # PIL image
-        digest.update(f"{ref.mode}{ref.size}".encode())
-        digest.update(ref.tobytes())
-    elif isinstance(ref, (bytes, bytearray)):
-        digest.update(bytes(ref))
-    elif isinstance(ref, Mapping):  # datasets' Image feature: {"bytes", "path"}
-        digest.update(ref.get("bytes") or str(ref.get("path")).encode())
-    else:
-        digest.update(str(ref).encode())
-    return digest.hexdigest()
 
 
 def reward_endpoint(server_url: str) -> str:
@@ -380,12 +309,12 @@ class JudgeRewardFunction:
                 value = image_columns[0][i]
                 images.append([] if value is None else list(value) if isinstance(value, (list, tuple)) else [value])
             else:
-                images.append(_prompt_images(prompt))
+                images.append(prompt_images(prompt))
         return group_samples(
             [prompt_text(p) for p in prompts],
             [completion_text(c) for c in completions],
             images=images,
-            image_keys=[tuple(_image_digest(im) for im in own) for own in images],
+            image_keys=[tuple(image_digest(im) for im in own) for own in images],
             references=None if references is None else [None if r is None else str(r) for r in references],
             mode=self.mode,
             tournament=self.tournament,

@@ -1,4 +1,6 @@
-"""Judge GRPO rewards: plain callables with TRL's reward signature, importable on their own.
+"""The reward the judge itself is trained on (judge GRPO): plain callables with TRL's reward signature.
+
+(The judge rewarding a *policy*'s completions is another reward: `judge.policy_reward`.)
 
 MR. Judge's reward is `0.9 · (parsed answer == label) + 0.1 · (well-formed <think>…</think><answer>X</answer>)`,
 and 0 for a completion longer than the budget (the paper's truncated reward: a judge that rambles past
@@ -15,45 +17,24 @@ parser the judge uses at inference reads the answers, so training and evaluation
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from judge.parser import parse_choice
+from judge.parser import is_well_formed, parse_choice
+from judge.reward_inputs import completion_text
 
 __all__ = [
     "JudgeReward",
-    "completion_text",
     "judge_accuracy_reward",
     "judge_format_reward",
     "judge_reward",
     "make_judge_reward",
 ]
 
-FORMAT = re.compile(r"^\s*<think>(?P<think>.+?)</think>\s*<answer>\s*[A-Z]\s*</answer>\s*$", re.DOTALL)
-"""Exactly one reasoning block with content, then exactly one answer letter, nothing else."""
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a completion: a string, or the content of the last message of a conversational one."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content", "")
-        if isinstance(content, list):
-            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        return content or ""
-    return ""
-
-
-def _is_well_formed(text: str) -> bool:
-    match = FORMAT.match(text)
-    return bool(match) and "<think>" not in match.group("think") and "<answer>" not in match.group("think")
-
 
 def judge_format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """1.0 for a well-formed `<think>…</think><answer>X</answer>` completion, else 0.0."""
-    return [float(_is_well_formed(completion_text(c))) for c in completions]
+    return [float(is_well_formed(completion_text(c))) for c in completions]
 
 
 def judge_accuracy_reward(

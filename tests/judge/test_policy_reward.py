@@ -1,7 +1,7 @@
 """The judge as a TRL reward function: grouping, planning, in-process judging, and HTTP with its failures.
 
 The HTTP tests run a real server on loopback (FastAPI + uvicorn): a stand-in for `mrjudge serve`'s
-`POST /v1/reward` that calls `judge.rewarding.compute_rewards` on a rule judge, with switches to answer 503
+`POST /v1/reward` that calls `judge.reward_scoring.compute_rewards` on a rule judge, with switches to answer 503
 to the first N calls, 500 to prompts carrying a marker, hold answers back, and demand an API key.
 """
 
@@ -22,8 +22,12 @@ from trl.trainer.utils import get_callable_name, is_async_callable
 
 from judge.images import image_to_data_url, load_image
 from judge.judging import Judge, JudgeConfig
-from judge.reward_fn import AsyncJudgeRewardFunction, JudgeRewardFunction, completion_text, prompt_text, reward_endpoint
-from judge.rewarding import RewardRequest, compute_rewards
+from judge.policy_reward import (
+    AsyncJudgeRewardFunction,
+    JudgeRewardFunction,
+    reward_endpoint,
+)
+from judge.reward_scoring import RewardRequest, compute_rewards
 from judge.types import DataError
 from tests.support.openai_server import serve
 from tests.support.scripted_judge import RuleJudgeBackend
@@ -127,44 +131,6 @@ def _http(url: str, **kwargs) -> JudgeRewardFunction:
     return JudgeRewardFunction(url, **{"backoff_s": 0.01, "timeout_s": 10.0, **kwargs})
 
 
-# -- reading TRL's arguments ------------------------------------------------------------------------------
-
-MULTI_TURN = [{"role": "user", "content": "A"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "B"}]
-TOOL_USE = [
-    {"role": "assistant", "content": "call"},
-    {"role": "tool", "content": "42"},
-    {"role": "assistant", "content": "It is 42."},
-]
-
-
-@pytest.mark.parametrize(
-    ("prompt", "text"),
-    [
-        ("Plain?", "Plain?"),  # standard (non-conversational) prompt
-        ([{"role": "user", "content": "Q?"}], "Q?"),  # conversational, string content
-        ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q?"}], "Q?"),  # system left out
-        ([{"role": "user", "content": [{"type": "image", "image": None}, {"type": "text", "text": "Q?"}]}], "Q?"),
-        (MULTI_TURN, "A\n\nB"),  # multi-turn: every user turn
-    ],
-)
-def test_prompt_text(prompt, text):
-    assert prompt_text(prompt) == text
-
-
-@pytest.mark.parametrize(
-    ("completion", "text"),
-    [
-        ("Red.", "Red."),  # standard
-        ([{"role": "assistant", "content": "Red."}], "Red."),  # conversational
-        ([{"role": "assistant", "content": [{"type": "text", "text": "Red."}]}], "Red."),  # content blocks
-        (TOOL_USE, "It is 42."),  # tool use: the final answer
-        ([], ""),  # nothing generated
-    ],
-)
-def test_completion_text(completion, text):
-    assert completion_text(completion) == text
-
-
 @pytest.mark.parametrize(
     "url", ["http://j:8000", "http://j:8000/", "http://j:8000/v1", "http://j:8000/v1/", "http://j:8000/v1/reward"]
 )
@@ -252,7 +218,7 @@ def test_in_process_failures_give_none_after_retries(caplog):
     judge = Judge(BrokenBackend(), JudgeConfig(orders=2))
     reward = JudgeRewardFunction(judge=judge, max_retries=2, backoff_s=0.001)
     metrics = Metrics()
-    with caplog.at_level(logging.WARNING, logger="judge.reward_fn"):
+    with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
         assert reward(["Q", "Q", "R", "R"], ["a", "b", "c", "d"], log_metric=metrics) == [None] * 4
     assert metrics.last("judge/failed_frac") == 1.0 and metrics.last("judge/failed_groups") == 2
     assert metrics.last("judge/retries") == 2
@@ -309,7 +275,7 @@ def test_http_a_group_that_keeps_failing_gets_none(reward_server, caplog):
     url, state = reward_server
     metrics = Metrics()
     reward = _http(url, max_retries=2)
-    with caplog.at_level(logging.WARNING, logger="judge.reward_fn"):
+    with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
         rewards = reward(["ok", "ok", ALWAYS_500, ALWAYS_500], ["score=1", "score=3"] * 2, log_metric=metrics)
     assert rewards == [0.0, 1.0, None, None]
     assert state["calls"] == 1 + 3  # the good group once, the bad one 1 + max_retries times
@@ -321,7 +287,7 @@ def test_http_a_group_that_keeps_failing_gets_none(reward_server, caplog):
 def test_http_client_errors_are_not_retried(reward_server, caplog):
     url, state = reward_server
     reward = _http(url, max_options=16)  # more than the server's 8: a listwise group of 10 is refused
-    with caplog.at_level(logging.WARNING, logger="judge.reward_fn"):
+    with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
         assert reward(["Q"] * 10, [f"score={i}" for i in range(10)]) == [None] * 10
     assert state["calls"] == 1 and reward.totals["retries"] == 0
     assert "HTTP 422 (field 'responses')" in caplog.text
