@@ -300,8 +300,9 @@ def report_markdown(summary: dict[str, Any], out: Path) -> str:
         "# mr-judge demo",
         "",
         "The whole MR. Judge life cycle on the embedded synthetic world, on a CPU with no download: data synthesis "
-        "(reverse negatives, reasoning distillation), warm-up SFT and GRPO of a tiny Qwen2.5-VL judge, evaluation "
-        "(a VL-RewardBench-format held-out set, MM-Vet-style best-of-N), and the judge served on loopback as the "
+        "(reverse negatives, reasoning distillation), a perception warm-up, warm-up SFT and GRPO of a tiny "
+        "Qwen2.5-VL judge (the learning benchmark's recipe), evaluation (a VL-RewardBench-format held-out set, "
+        "split into image flaws and text flaws; MM-Vet-style best-of-N), and the judge served on loopback as the "
         "reward of a short policy GRPO run.",
         "",
         "## Summary",
