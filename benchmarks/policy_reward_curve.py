@@ -24,8 +24,9 @@ reference; and with a judge budget shorter than its longest trace (24 tokens), e
 malformed answer was cut off, undecided, and worth 0.5. A judge is a reward model that can be gamed.
 
 Before and after GRPO, `--heldout` world questions the policy never trained on get `--samples` sampled
-completions each (temperature 1), judged the same way: `reward_before` / `reward_after` are their mean
-reward, `forms_before` / `forms_after` the shares of completions in the complete template, the incomplete
+completions each (temperature 1, `training.policy_data.judge_samples`), judged the same way:
+`reward_before` / `reward_after` are their mean reward (an unscored one counts 0.5, `eval.heldout`'s rule
+for undecided items, as does a held-out pair in `judge_heldout_accuracy`), `forms_before` / `forms_after` the shares of completions in the complete template, the incomplete
 one, or neither (a regex per question kind, independent of the judge: it tells learning from reward
 hacking). Prints one JSON line; saves the mean training reward per step as PNG beside `--out`.
 """
@@ -42,8 +43,11 @@ from typing import Any
 
 import yaml
 
+from eval.heldout import mean_reward, reward_choice, score_choices
+from eval.plots import reward_curve
 from judge.prompt import PromptConfig, build_messages
-from training.tiny_recipe import History
+from training.policy_data import judge_samples, write_policy_data
+from training.tiny_recipe import History, sft_config
 
 COMPACT_PROMPT = PromptConfig(
     instruction="Which candidate answers the question about the image best?",
@@ -103,10 +107,6 @@ def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     heldout, train = rows[: args.heldout], rows[args.heldout :]
     rng = random.Random(args.seed)
 
-    def conversation(question: str, answer: str, image: str) -> dict[str, Any]:
-        user = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-        return {"images": [image], "messages": user + [{"role": "assistant", "content": answer}]}
-
     vocabulary = sorted({w for r in train for w in f"{r['answer']} {r['incomplete']}".split()} | set("=+.,0123456789"))
     tokenizer = build_tokenizer()  # the tiny models' tokenizer: random tokens are what a drifting policy writes
     tokens = [t for t in (tokenizer.decode([i]) for i in range(len(tokenizer))) if t and not t.startswith("<|")]
@@ -125,15 +125,11 @@ def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
                 messages = build_messages(row["question"], pair, n_images=1, config=COMPACT_PROMPT)
                 messages.append({"role": "assistant", "content": trace})
                 judge_sft.append({"images": [row["image"]], "messages": messages})
-    policy_sft = [
-        conversation(r["question"], r["answer"] if rng.random() < args.complete_share else r["incomplete"], r["image"])
-        for r in train
-    ]
     write_jsonl_atomic(world / "judge_sft.jsonl", judge_sft)
-    write_jsonl_atomic(world / "policy_sft.jsonl", policy_sft)
-    # The GRPO prompts are plain world records: question → prompt, answer → reference.
-    fields = ("id", "image", "question", "answer")
-    write_jsonl_atomic(world / "prompts.jsonl", [{k: r[k] for k in fields} for r in train])
+    # The policy's warm start: complete answers with `complete_share`, else the incomplete one; the GRPO
+    # prompts are plain world records (question → prompt, answer → reference).
+    wrong = lambda row, rng: row["incomplete"]  # noqa: E731
+    write_policy_data(train, world, correct_share=args.complete_share, seed=args.seed, wrong_answer=wrong)
     (world / "judge.yaml").write_text(yaml.safe_dump({"prompt": vars(COMPACT_PROMPT)}))
     return {"world": world, "train": train, "heldout": heldout}
 
@@ -146,92 +142,47 @@ def answer_form(kind: str, text: str) -> str:
 
 
 def sft(model: Path, train_file: Path, out: Path, steps: int, args: argparse.Namespace, history: Any) -> None:
-    from training.sft import JudgeSFTConfig, run_sft
+    from training.sft import run_sft
 
-    config = JudgeSFTConfig(
-        model_name_or_path=str(model),
-        train_file=str(train_file),
-        output_dir=str(out),
-        max_steps=steps,
-        per_device_train_batch_size=args.batch_size,
+    config = sft_config(
+        model,
+        train_file,
+        out,
+        steps=steps,
+        batch_size=args.batch_size,
         learning_rate=args.sft_lr,
-        lr_scheduler_type="warmup_stable_decay",
-        lr_scheduler_kwargs={"num_decay_steps": int(0.3 * steps)},
-        warmup_steps=int(0.05 * steps),
-        weight_decay=0.0,
-        max_length=None,
-        logging_steps=10,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
         seed=args.seed,
+        warmup_fraction=0.05,
         disable_tqdm=True,
     )
     run_sft(config, callbacks=[history.callback()])
 
 
 def judge_accuracy(reward: Any, rows: list[dict[str, Any]], world: Path, flawed: str) -> float:
-    """Share of held-out pairs where the judge gives the complete answer more than half against `row[flawed]`."""
-    from PIL import Image
+    """Held-out pairs won by the complete answer against `row[flawed]` (reward above one half), a pair the
+    judge leaves undecided counting one half (`eval.heldout`)."""
+    from judge.images import load_image
 
-    images = [Image.open(world / r["image"]).convert("RGB") for r in rows]
     rewards = reward(
         prompts=[r["question"] for r in rows],
         completions=[r["answer"] for r in rows],
-        image=images,
+        image=[load_image(r["image"], world) for r in rows],
         answer=[r[flawed] for r in rows],  # the "reference" the complete answer is judged against
     )
-    return sum(r is not None and r > 0.5 for r in rewards) / len(rows)
+    return score_choices({"choice": reward_choice(r), "label": 0} for r in rewards)["accuracy"]
 
 
 def heldout_reward(policy: Path, reward: Any, rows: list[dict[str, Any]], world: Path, args: argparse.Namespace):
     """Mean judge reward and the share of each answer form, of sampled completions on questions the policy never
     trained on."""
-    from PIL import Image
-
-    from judge.backends.base import ChatRequest, SamplingParams
-    from judge.backends.hf import TransformersBackend
-
-    backend = TransformersBackend(str(policy), device="cpu", max_batch_size=64)
-    images = [Image.open(world / r["image"]).convert("RGB") for r in rows]
-    requests = [ChatRequest.user(r["question"], [im]) for r, im in zip(rows, images) for _ in range(args.samples)]
-    params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=1.0, seed=args.seed)
-    texts = [g.text for g in backend.generate(requests, params)]
-    expanded = [r for r in rows for _ in range(args.samples)]
-    rewards = reward(
-        prompts=[r["question"] for r in expanded],
-        completions=texts,
-        image=[im for im in images for _ in range(args.samples)],
-        answer=[r["answer"] for r in expanded],
+    samples = judge_samples(
+        policy, reward, rows, world, samples=args.samples, max_new_tokens=args.max_completion_length, seed=args.seed
     )
-    scored = [r for r in rewards if r is not None]
-    forms = [answer_form(r["kind"], t) for r, t in zip(expanded, texts)]
+    forms = [answer_form(s["kind"], s["completion"]) for s in samples]
     shares = {form: forms.count(form) / len(forms) for form in ("complete", "incomplete", "other")}
-    samples = [{"question": r["question"], "completion": t, "form": f, "reward": w}
-               for r, t, f, w in zip(expanded, texts, forms, rewards)]  # fmt: skip
-    return sum(scored) / max(1, len(scored)), shares, samples
-
-
-def plot(history: History, before: float, after: float, path: Path, window: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps, rewards = zip(*[(r["step"], r["reward"]) for r in history.logs if "reward" in r])
-    smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
-              for i in range(len(rewards))]  # fmt: skip
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, rewards, alpha=0.35, label="mean judge reward per step (training batch)")
-    ax.plot(steps, smooth, label=f"moving average ({window} steps)")
-    ax.axhline(before, ls=":", c="grey", label=f"held-out before: {before:.3f}")
-    ax.axhline(after, ls="--", c="black", label=f"held-out after: {after:.3f}")
-    ax.set_xlabel("GRPO step"), ax.set_ylabel("judge reward (pairwise vs reference)"), ax.set_ylim(0, 0.7)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    kept = [{"question": s["question"], "completion": s["completion"], "form": f, "reward": s["reward"]}
+            for s, f in zip(samples, forms)]  # fmt: skip
+    return mean_reward(s["reward"] for s in samples), shares, kept
 
 
 def main() -> None:
@@ -331,7 +282,16 @@ def main() -> None:
     after, forms_after, samples_after = heldout_reward(out / "policy-grpo", reward, heldout, world, args)
 
     curve = [r["reward"] for r in histories["grpo"].logs if "reward" in r]
-    plot(histories["grpo"], before, after, out / "policy_reward_curve.png", window=10)
+    reward_curve(
+        out / "policy_reward_curve.png",
+        histories["grpo"].logs,
+        before=before,
+        after=after,
+        xlabel="GRPO step",
+        window=10,
+        ylim=(0, 0.7),
+        legend_loc="lower right",
+    )
     (out / "history.json").write_text(json.dumps({k: h.logs for k, h in histories.items()}))
     (out / "heldout_samples.json").write_text(json.dumps({"before": samples_before, "after": samples_after}, indent=1))
     tenth = max(1, len(curve) // 10)

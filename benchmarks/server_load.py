@@ -49,6 +49,8 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
+from judge.images import image_to_data_url
+
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "bench-key"
 BAD_KINDS = (
@@ -115,9 +117,9 @@ def free_port() -> int:
 
 
 def data_url(size: int, seed: int) -> str:
-    buffer = io.BytesIO()
-    Image.new("RGB", (size, size), tuple(random.Random(seed).randrange(256) for _ in range(3))).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return image_to_data_url(
+        Image.new("RGB", (size, size), tuple(random.Random(seed).randrange(256) for _ in range(3)))
+    )
 
 
 def png_claiming(width: int, height: int) -> bytes:
@@ -328,9 +330,7 @@ def fault_run(args: argparse.Namespace) -> dict:
 
 
 def one_bit_png(width: int, height: int) -> str:
-    buffer = io.BytesIO()
-    Image.new("1", (width, height), 1).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return image_to_data_url(Image.new("1", (width, height), 1))
 
 
 def hostile_bodies() -> dict[str, tuple[str, bytes]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from judge.types import DataError, ImageRef
 
-__all__ = ["FLAWS", "Flaw", "Negative", "SFTRecord", "group_of", "image_refs"]
+__all__ = ["FLAWS", "IMAGE_FLAWS", "Flaw", "Negative", "SFTRecord", "group_of", "image_refs"]
 
 
 class Flaw(str, Enum):
@@ -35,6 +35,11 @@ class Flaw(str, Enum):
 
 
 FLAWS: tuple[str, ...] = tuple(f.value for f in Flaw)
+
+IMAGE_FLAWS: frozenset[str] = frozenset(f.value for f in Flaw if f.value.startswith("hallucinated_"))
+"""Flaws only the picture reveals (a wrong object, attribute, count, position or text); the others (a missing
+part, a wrong step, a false general fact) show in the answer's text. A judge that does not look at the image
+decides the first at chance."""
 
 
 def image_refs(image: Any) -> list[Any]:

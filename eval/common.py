@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from eval.plots import bar_chart  # re-exported: the eval reports' charts
 from judge.engine import BatchFn, Engine, LocalEngine
 from judge.jsonl import InputError, ResumableJsonlWriter, read_jsonl, write_json_atomic, write_text_atomic
 from judge.judging import item_rng
@@ -118,42 +119,3 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def bar_chart(
-    path: str | Path,
-    series: dict[str, dict[str, float | None]],
-    *,
-    title: str,
-    ylabel: str = "accuracy (%)",
-    ylim: tuple[float, float] | None = (0, 100),
-) -> Path:
-    """Grouped bars: one group per category, one bar per series (e.g. this run and reference judges)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    categories = list(dict.fromkeys(c for values in series.values() for c in values))
-    width = 0.8 / max(len(series), 1)
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(categories) + 2), 3.8))
-    for i, (name, values) in enumerate(series.items()):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(categories))]
-        heights = [values.get(c) for c in categories]
-        bars = ax.bar(xs, [h if h is not None else 0 for h in heights], width, label=name)
-        for bar, h in zip(bars, heights):
-            if h is not None:
-                ax.annotate(f"{h:.1f}", (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(categories)), categories, rotation=20, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    if ylim:
-        ax.set_ylim(*ylim)
-    if len(series) > 1:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path

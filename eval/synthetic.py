@@ -86,7 +86,7 @@ def write_vlrb_set(items: Sequence[MCItem], image_root: str | Path, path: str | 
 
     Args:
         items: two-candidate items with `label` set and `meta` holding `kind` and `flaw` (as
-            `training.tiny_recipe.heldout_pairs` makes them).
+            `eval.heldout.heldout_pairs` makes them).
         image_root: folder the items' relative image paths resolve against.
         path: the JSONL to write; images go to `images/` beside it.
     """

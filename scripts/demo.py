@@ -1,13 +1,15 @@
 """`mrjudge demo`: the whole MR. Judge life cycle on the embedded synthetic world — a CPU, no download.
 
-    mrjudge demo                                   # the full demo into runs/demo (about 10 minutes on 2 cores)
+    mrjudge demo                                   # the full demo into runs/demo (at most 15 minutes on 2 cores)
     mrjudge demo --out runs/demo2 sft_steps=400    # any DemoConfig field as key=value
     mrjudge demo --config configs/demo.yaml        # or from YAML
     mrjudge demo --quick --out /tmp/demo           # every stage on tiny budgets (under a minute)
 
-synthetic world → reverse negatives → reasoning distillation → warm-up SFT → judge GRPO → evaluation
-(VL-RewardBench-format held-out set, MM-Vet-style best-of-N) → the reward server on loopback → a short
-policy GRPO run rewarded by it → a summary table, `OUT/summary.json` and `OUT/report.md` with the plots.
+synthetic world → reverse negatives → reasoning distillation → perception warm-up → warm-up SFT → judge
+GRPO (the learning benchmark's recipe, `training.tiny_recipe.TinyJudgeRecipe`) → evaluation
+(VL-RewardBench-format held-out set, split into image and text flaws; MM-Vet-style best-of-N) → the reward
+server on loopback → a short policy GRPO run rewarded by it → a summary table, `OUT/summary.json` and
+`OUT/report.md` with the plots.
 Each stage writes `OUT/<stage>/stage.json` when it finishes; re-running the same command resumes after the
 last finished stage, and a changed budget re-runs the stages it affects (see `scripts.demo_runner`).
 """

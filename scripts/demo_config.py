@@ -9,13 +9,24 @@ file, then the command line's `key=value` overrides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from judge.config import ConfigError, config_values, yaml_load
+from training.tiny_recipe import TinyJudgeRecipe
 
 __all__ = ["QUICK", "DemoConfig", "load_demo_config", "parse_overrides"]
+
+_RECIPE_FIELDS = {f.name: f for f in fields(TinyJudgeRecipe)}
+
+
+def _recipe(name: str) -> Any:
+    """A field of the judge recipe, with its default and help from `TinyJudgeRecipe` (one place for both)."""
+    f = _RECIPE_FIELDS[name]
+    if f.default_factory is not MISSING:
+        return field(default_factory=f.default_factory, metadata=f.metadata)
+    return field(default=f.default, metadata=f.metadata)
 
 
 @dataclass
@@ -23,27 +34,25 @@ class DemoConfig:
     """What the demo builds and how long each stage may take (in steps and items; wall time is measured)."""
 
     # Run
-    seed: int = field(default=0, metadata={"help": "seeds the world, the models, the splits and every sampler"})
+    seed: int = _recipe("seed")
     threads: int | None = field(default=None, metadata={"help": "torch threads (default: torch's choice)"})
-    wall_budget_s: float = field(default=600.0, metadata={"help": "the whole demo's budget; a warning above it"})
-    heldout_goal: float = field(default=0.75, metadata={"help": "held-out accuracy the summary checks against"})
+    wall_budget_s: float = field(default=900.0, metadata={"help": "the whole demo's budget; a warning above it"})
+    heldout_goal: float = field(default=0.85, metadata={"help": "held-out accuracy the summary checks against"})
 
-    # Synthetic world and judge data
-    kinds: list[str] = field(
-        default_factory=lambda: ["attribute", "count", "spatial"], metadata={"help": "world question kinds used"}
-    )
-    world_n: int = field(default=2000, metadata={"help": "world records of those kinds"})
-    image_size: int = field(default=84, metadata={"help": "picture side in px (84 px → 9 image tokens)"})
-    negatives_n: int = field(default=3, metadata={"help": "exact negatives per record"})
-    max_options: int = field(default=2, metadata={"help": "options per MC item (the tiny judge learns pairs)"})
-    val_fraction: float = field(
-        default=0.12, metadata={"help": "share of records held out (validation split: held-out pairs, best-of-N)"}
-    )
-    reasoner_style: str = field(default="diff", metadata={"help": "scene-reasoner trace layout (diff, restate…)"})
+    # Synthetic world and judge data (the recipe of `training.tiny_recipe.TinyJudgeRecipe`)
+    kinds: list[str] = _recipe("kinds")
+    world_n: int = _recipe("world_n")
+    image_size: int = _recipe("image_size")
+    shaded: bool = _recipe("shaded")
+    negatives_n: int = _recipe("negatives_n")
+    max_options: int = _recipe("max_options")
+    val_fraction: float = _recipe("val_fraction")
+    reasoner_style: str = _recipe("reasoner_style")
+    describe_share: float = _recipe("describe_share")
 
     # Judge and held-out evaluation
-    judge_size: str = field(default="small", metadata={"help": "tiny-model size of the judge"})
-    judge_max_new_tokens: int = field(default=96, metadata={"help": "judge reasoning budget (tokens)"})
+    judge_size: str = _recipe("judge_size")
+    judge_max_new_tokens: int | None = _recipe("judge_max_new_tokens")
     heldout_n: int = field(default=200, metadata={"help": "VL-RewardBench-format held-out pairs"})
     untrained_heldout_n: int = field(
         default=64,
@@ -51,13 +60,16 @@ class DemoConfig:
     )
     eval_batch_size: int = field(default=16, metadata={"help": "items per judge batch in evaluation"})
 
-    # Warm-up SFT and judge GRPO
-    sft_steps: int = field(default=800, metadata={"help": "warm-up SFT optimizer steps"})
-    sft_lr: float = field(default=3e-3, metadata={"help": "SFT learning rate (warmup-stable-decay)"})
-    batch_size: int = field(default=16, metadata={"help": "SFT and judge-GRPO batch"})
-    grpo_steps: int = field(default=20, metadata={"help": "judge GRPO steps (0 skips GRPO)"})
-    grpo_lr: float = field(default=5e-5, metadata={"help": "judge GRPO learning rate"})
-    grpo_generations: int = field(default=4, metadata={"help": "completions per prompt in judge GRPO"})
+    # Perception warm-up, SFT and judge GRPO
+    vision_warmup_steps: int = _recipe("vision_warmup_steps")
+    train_vision: bool = _recipe("train_vision")
+    vision_lr: float | None = _recipe("vision_lr")
+    sft_steps: int = _recipe("sft_steps")
+    sft_lr: float = _recipe("sft_lr")
+    batch_size: int = _recipe("batch_size")
+    grpo_steps: int = _recipe("grpo_steps")
+    grpo_lr: float = _recipe("grpo_lr")
+    grpo_generations: int = _recipe("grpo_generations")
 
     # MM-Vet-style best-of-N
     bon_questions: int = field(default=48, metadata={"help": "held-out questions for best-of-N"})
@@ -80,6 +92,15 @@ class DemoConfig:
     policy_samples: int = field(default=4, metadata={"help": "sampled answers per held-out question"})
 
     quick: bool = field(default=False, metadata={"help": "start from the quick preset (tiny budgets, for tests)"})
+
+    def recipe(self) -> TinyJudgeRecipe:
+        """The judge recipe these budgets ask for (the same one `benchmarks/learning_curve.py` runs)."""
+        return TinyJudgeRecipe(**{name: getattr(self, name) for name in _RECIPE_FIELDS})
+
+    @property
+    def judge_tokens(self) -> int:
+        """The judge's generation budget: `judge_max_new_tokens`, else the trace layout's."""
+        return self.recipe().max_new_tokens
 
     def __post_init__(self) -> None:
         from data_synthesis.world import REASONER_STYLES, TASK_KINDS
@@ -104,10 +125,14 @@ class DemoConfig:
             "batch_size",
             "bon_questions",
         )
-        positive += ("policy_batch_size", "policy_heldout", "policy_samples", "judge_max_new_tokens")
+        positive += ("policy_batch_size", "policy_heldout", "policy_samples")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.judge_max_new_tokens is not None and self.judge_max_new_tokens < 1:
+            raise ValueError(f"judge_max_new_tokens ({self.judge_max_new_tokens}) must be at least 1, or null")
+        if self.vision_warmup_steps < 0:
+            raise ValueError(f"vision_warmup_steps ({self.vision_warmup_steps}) must be >= 0 (0: no warm-up)")
         if self.grpo_steps < 0 or self.policy_grpo_steps < 0 or self.policy_sft_steps < 0:
             raise ValueError("grpo_steps, policy_sft_steps and policy_grpo_steps must be >= 0")
         if self.bon_n < 2:
@@ -130,6 +155,7 @@ QUICK: dict[str, Any] = dict(
     val_fraction=0.25,
     judge_size="tiny",
     judge_max_new_tokens=24,
+    vision_warmup_steps=2,
     heldout_n=8,
     untrained_heldout_n=4,
     eval_batch_size=8,

@@ -182,11 +182,14 @@ def summarize(config: DemoConfig, records: dict[str, dict[str, Any]], *, run_wal
         "run_wall_s": round(run_wall_s, 1),
         "headline": {
             "heldout_accuracy": {k: f["accuracy"] for k, f in heldout.items()},
-            "heldout_accuracy_coinflip": {k: f["accuracy_coinflip"] for k, f in heldout.items()},
             "heldout_decided": {k: f"{f['decided']}/{f['n']}" for k, f in heldout.items()},
             "order_consistency": {k: f["consistency"] for k, f in heldout.items()},
-            "vlrb_overall_accuracy": accuracy,
-            "vlrb_per_kind": figures["evaluate"]["per_kind"],
+            # The official scorer's reading (undecided items left out), for comparison with published tables.
+            "vlrb_overall_accuracy": figures["evaluate"]["vlrb_accuracy"],
+            "heldout_per_kind": figures["evaluate"]["per_kind"],
+            "heldout_per_evidence": {k: f["per_evidence"] for k, f in heldout.items()},
+            "heldout_per_flaw": figures["evaluate"]["per_flaw"],
+            "heldout_flaw_counts": figures["evaluate"]["flaw_counts"],
             "best_of_n": {"n": bon["n"], **{k: bon[k] for k in ("first", "random", "judge", "oracle")}},
             "policy_reward": {"before": pol["reward_before"], "after": pol["reward_after"]},
             "policy_exact": {"before": pol["exact_before"], "after": pol["exact_after"]},
@@ -203,33 +206,46 @@ def _f(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _evidence(per_evidence: dict[str, float], kind: str) -> str:
+    return _f(per_evidence.get(kind), 2)
+
+
 def _headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     h = summary["headline"]
-    acc, coin, cons, dec = (
-        h["heldout_accuracy"],
-        h["heldout_accuracy_coinflip"],
-        h["order_consistency"],
-        h["heldout_decided"],
-    )
+    acc, cons, dec, ev = h["heldout_accuracy"], h["order_consistency"], h["heldout_decided"], h["heldout_per_evidence"]
     bon = h["best_of_n"]
     goal = summary["judge_heldout_goal"]
+    counts = h["heldout_flaw_counts"]
     return [
         (
             "judge held-out accuracy: untrained / SFT / GRPO",
             f"{_f(acc['untrained'])} / {_f(acc['sft'])} / {_f(acc['grpo'])}  "
-            f"(decided {dec['untrained']}, {dec['sft']}, {dec['grpo']}; undecided as a coin flip "
-            f"{_f(coin['untrained'])} / {_f(coin['sft'])} / {_f(coin['grpo'])})",
+            f"(decided {dec['untrained']}, {dec['sft']}, {dec['grpo']}; an undecided pair counts 0.5)",
         ),
         (
             "judge_heldout_accuracy (VL-RewardBench format, mc)",
             f"{_f(summary['judge_heldout_accuracy'])} — goal ≥ {goal:.2f}: "
-            + ("met" if summary["goal_met"] else "not met"),
+            + ("met" if summary["goal_met"] else "not met")
+            + f"; official scorer (undecided left out) {_f(h['vlrb_overall_accuracy'])}",
         ),
         (
             "order consistency: untrained / SFT / GRPO",
             f"{_f(cons['untrained'], 2)} / {_f(cons['sft'], 2)} / {_f(cons['grpo'], 2)}",
         ),
-        ("held-out accuracy by kind", ", ".join(f"{k} {v:.3f}" for k, v in h["vlrb_per_kind"].items()) or "–"),
+        (
+            "image flaws (need the picture): untrained / SFT / GRPO",
+            f"{_evidence(ev['untrained'], 'image')} / {_evidence(ev['sft'], 'image')} / "
+            f"{_evidence(ev['grpo'], 'image')}  (chance 0.50)",
+        ),
+        (
+            "text flaws (the answer gives them away): untrained / SFT / GRPO",
+            f"{_evidence(ev['untrained'], 'text')} / {_evidence(ev['sft'], 'text')} / {_evidence(ev['grpo'], 'text')}",
+        ),
+        (
+            "held-out accuracy by flaw (pairs)",
+            ", ".join(f"{k} {v:.2f} ({counts[k]})" for k, v in h["heldout_per_flaw"].items()) or "–",
+        ),
+        ("held-out accuracy by kind", ", ".join(f"{k} {v:.3f}" for k, v in h["heldout_per_kind"].items()) or "–"),
         (
             f"best-of-{bon['n']} (MM-Vet style): first / random / judge / oracle",
             f"{bon['first']:.3f} / {bon['random']:.3f} / {bon['judge']:.3f} / {bon['oracle']:.3f}",
@@ -284,8 +300,9 @@ def report_markdown(summary: dict[str, Any], out: Path) -> str:
         "# mr-judge demo",
         "",
         "The whole MR. Judge life cycle on the embedded synthetic world, on a CPU with no download: data synthesis "
-        "(reverse negatives, reasoning distillation), warm-up SFT and GRPO of a tiny Qwen2.5-VL judge, evaluation "
-        "(a VL-RewardBench-format held-out set, MM-Vet-style best-of-N), and the judge served on loopback as the "
+        "(reverse negatives, reasoning distillation), a perception warm-up, warm-up SFT and GRPO of a tiny "
+        "Qwen2.5-VL judge (the learning benchmark's recipe), evaluation (a VL-RewardBench-format held-out set, "
+        "split into image flaws and text flaws; MM-Vet-style best-of-N), and the judge served on loopback as the "
         "reward of a short policy GRPO run.",
         "",
         "## Summary",

@@ -1,12 +1,14 @@
 """The stages of `mrjudge demo`, in order: each is a small function from the config and the earlier stages'
 folders to its own folder `OUT/<stage>/` and a dict of key figures (what `stage.json` records).
 
-    world → negatives → distill → heldout → untrained → sft → grpo → evaluate → best_of_n → policy
+    world → negatives → distill → heldout → untrained → warmup → sft → grpo → evaluate → best_of_n → policy
 
-The data and training stages are the library's (`data_synthesis`, `training.tiny_recipe`, `training.sft`,
-`training.grpo`, `training.policy`); evaluation is the real VL-RewardBench scorer (mc mode) and MM-Vet
-best-of-N runner on sets in their official formats made from the synthetic world (`eval.synthetic`); the
-policy is rewarded by the real reward server (`judge.server`) on a loopback port. Paths in the figures are
+The judge is trained by the recipe of `benchmarks/learning_curve.py`, taken from one place
+(`training.tiny_recipe.TinyJudgeRecipe`, built by `DemoConfig.recipe()`): shaded world, perception warm-up,
+`checks` traces. Evaluation is the real VL-RewardBench scorer (mc mode) and MM-Vet best-of-N runner on sets
+in their official formats made from the synthetic world (`eval.synthetic`), scored by flaw with the one
+rule for undecided items (`eval.heldout`); the policy's data and judged samples are `training.policy_data`'s
+and it is rewarded by the real reward server (`judge.server`) on a loopback port. Paths in the figures are
 relative to OUT, so a finished demo folder can be moved.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 import urllib.request
 from collections import defaultdict
@@ -122,80 +123,65 @@ def _with_progress(build: Callable[..., Any], console: Any, label: str) -> Calla
 def world(ctx: StageContext) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from training.tiny_recipe import world_size_for, write_kind_world
+    from training.tiny_recipe import world_size_for
 
     config = ctx.config
     total = world_size_for(config.world_n, config.kinds)
     columns = (TextColumn("world"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=ctx.console is None) as progress:
         task = progress.add_task("world", total=total)
-        rows = write_kind_world(
-            ctx.folder / "source",
-            ctx.folder,
-            kinds=config.kinds,
-            n=config.world_n,
-            seed=config.seed,
-            image_size=config.image_size,
-            progress=lambda done: progress.update(task, completed=done),
+        rows = config.recipe().write_world(
+            ctx.folder / "source", ctx.folder, progress=lambda done: progress.update(task, completed=done)
         )
     by_kind = defaultdict(int)
     for row in rows:
         by_kind[row["source"].split("/")[1]] += 1
-    return {"drawn": total, "records": len(rows), "by_kind": dict(sorted(by_kind.items())), "px": config.image_size}
+    return {
+        "drawn": total,
+        "records": len(rows),
+        "by_kind": dict(sorted(by_kind.items())),
+        "px": config.image_size,
+        "shaded": config.shaded,
+    }
 
 
 def negatives(ctx: StageContext) -> dict[str, Any]:
-    from data_synthesis.pipeline import run_negatives
-
-    _, summary = run_negatives(
-        ctx.path("world"),
-        ctx.folder,
-        generator="scene",
-        n=ctx.config.negatives_n,
-        seed=ctx.config.seed,
-        show_progress=ctx.console is not None,
-    )
+    summary = ctx.config.recipe().write_negatives(ctx.path("world"), ctx.folder, show_progress=ctx.console is not None)
     return {"records": summary["n_out"], "negatives": summary["negatives"], "per_flaw": summary["negatives_per_flaw"]}
 
 
 def distill(ctx: StageContext) -> dict[str, Any]:
-    from training.tiny_recipe import distill_judge_data
-
-    config = ctx.config
-    data = distill_judge_data(
-        ctx.path("negatives"),
-        ctx.folder,
-        max_options=config.max_options,
-        val_fraction=config.val_fraction,
-        reasoner_style=config.reasoner_style,
-        seed=config.seed,
-        show_progress=ctx.console is not None,
-    )
+    data = ctx.config.recipe().distill(ctx.path("negatives"), ctx.folder, show_progress=ctx.console is not None)
     return {
         "items": data["items"],
         "splits": data["assembled"]["splits"],
         "sft_train": data["sft_train"],
         "sft_val": data["sft_val"],
         "kept_fraction": data["kept_fraction"],
+        "reasoner_style": ctx.config.reasoner_style,
     }
 
 
 def heldout(ctx: StageContext) -> dict[str, Any]:
+    from eval.heldout import heldout_pairs
     from eval.synthetic import write_vlrb_set
-    from training.tiny_recipe import heldout_pairs
 
     pairs = heldout_pairs(ctx.path("distill"), ctx.config.heldout_n, ctx.config.seed)
     if not pairs:
         raise RuntimeError("no validation-split items to hold out: raise world_n or val_fraction")
     path = write_vlrb_set(pairs, ctx.path("distill"), ctx.folder / "vlrb_heldout.jsonl")
-    kinds = defaultdict(int)
+    from eval.heldout import evidence_of
+
+    kinds, evidence = defaultdict(int), defaultdict(int)
     for pair in pairs:
         kinds[pair.meta["kind"]] += 1
+        evidence[evidence_of(pair.meta["flaw"])] += 1
     return {
         "pairs": len(pairs),
         "asked": ctx.config.heldout_n,
         "first_preferred": sum(p.label == 0 for p in pairs),
         "by_kind": dict(sorted(kinds.items())),
+        "by_evidence": dict(sorted(evidence.items())),
         "file": ctx.rel(path),
     }
 
@@ -203,21 +189,19 @@ def heldout(ctx: StageContext) -> dict[str, Any]:
 def _heldout_eval(
     ctx: StageContext, model: Path, out: Path, judge_name: str, limit: int | None = None
 ) -> dict[str, Any]:
-    """The judge on the VL-RewardBench-format held-out set (its first `limit` pairs), scored by the
-    VL-RewardBench scorer in mc mode."""
+    """The judge on the VL-RewardBench-format held-out set (its first `limit` pairs), run by the VL-RewardBench
+    scorer in mc mode, then scored by kind and flaw with the one rule for undecided items (`eval.heldout`)."""
     from eval.common import read_predictions
+    from eval.heldout import score_choices
     from eval.pairwise import mc_predict
     from eval.pairwise_run import run_pairwise
     from eval.vl_rewardbench import BENCHMARK, load_vl_rewardbench, protocol
     from judge.jsonl import read_jsonl
-    from training.tiny_recipe import recipe_judge
 
     config = ctx.config
     data = ctx.out / ctx.figures("heldout")["file"]
     items = load_vl_rewardbench(data, limit=limit)
-    judge = recipe_judge(
-        model, image_root=None, batch_size=config.eval_batch_size, max_new_tokens=config.judge_max_new_tokens
-    )
+    judge = config.recipe().judge(model, image_root=None, batch_size=config.eval_batch_size)
     metrics = run_pairwise(
         BENCHMARK,
         items,
@@ -228,22 +212,16 @@ def _heldout_eval(
         protocol=protocol("mc", orders=2),
         show_progress=ctx.console is not None,
     )
-    kind_of = {row["id"]: row.get("kind", "?") for _, row in read_jsonl(data)}
-    per_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for row in read_predictions(out / "predictions.jsonl"):
-        if row["pred"] is not None:
-            per_kind[kind_of[row["id"]]][0] += row["pred"] == row["preferred"]
-            per_kind[kind_of[row["id"]]][1] += 1
-    n, decided, accuracy = metrics["n"], metrics["decided"], metrics["overall_accuracy"]
-    agree = round((accuracy or 0.0) * decided)
+    meta = {row["id"]: {k: row[k] for k in ("kind", "flaw") if k in row} for _, row in read_jsonl(data)}
+    scored = score_choices(
+        {"choice": row["pred"], "label": row["preferred"], "consistent": row.get("consistent"), **meta[row["id"]]}
+        for row in read_predictions(out / "predictions.jsonl")
+    )
     return {
-        "accuracy": accuracy,
-        # The learning benchmark's figure: an undecided item is a coin flip (0.5), so chance is 0.5.
-        "accuracy_coinflip": (agree + 0.5 * (n - decided)) / n if n else None,
-        "n": n,
-        "decided": decided,
-        "consistency": metrics.get("consistency"),
-        "per_kind": {k: round(a / b, 4) for k, (a, b) in sorted(per_kind.items())},
+        **{k: scored[k] for k in ("accuracy", "accuracy_strict", "n", "decided", "consistency")},
+        # The official scorer's figure: undecided items leave its denominators.
+        "vlrb_accuracy": metrics["overall_accuracy"],
+        **{k: scored[k] for k in ("per_kind", "per_evidence", "per_flaw", "flaw_counts")},
         "report": ctx.rel(out / "report.md"),
         "plots": [],  # the per-run charts are in the report; `evaluate` shows the trained judge's
     }
@@ -252,8 +230,13 @@ def _heldout_eval(
 def _heldout_line(figures: dict[str, Any]) -> str:
     return (
         f"held-out accuracy {_fmt(figures['accuracy'])} ({figures['decided']}/{figures['n']} decided, "
-        f"coin-flip counted {_fmt(figures['accuracy_coinflip'])}), consistency {_fmt(figures['consistency'], 2)}"
+        f"undecided counted 0.5), consistency {_fmt(figures['consistency'], 2)}; "
+        + _evidence_text(figures["per_evidence"])
     )
+
+
+def _evidence_text(per_evidence: dict[str, float]) -> str:
+    return ", ".join(f"{k} flaws {per_evidence[k]:.2f}" for k in ("image", "text") if k in per_evidence)
 
 
 # -- judge training ----------------------------------------------------------------------------------------
@@ -269,6 +252,32 @@ def untrained(ctx: StageContext) -> dict[str, Any]:
     return {"model": ctx.rel(model), **figures}
 
 
+def warmup(ctx: StageContext) -> dict[str, Any]:
+    """The perception warm-up of the judge's vision tower on training-split pictures (then frozen)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    config = ctx.config
+    untrained_model = ctx.out / ctx.figures("untrained")["model"]
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, disable=ctx.console is None or not config.vision_warmup_steps) as progress:
+        task = progress.add_task("perception warm-up", total=config.vision_warmup_steps)
+
+        def show(step: int, figures: dict[str, float]) -> None:
+            progress.update(task, completed=step, description=f"perception warm-up (loss {figures['loss']:.3g})")
+
+        figures = config.recipe().warm_up(
+            untrained_model, ctx.path("world"), ctx.path("distill"), ctx.folder / "model", progress=show
+        )
+    return {
+        "model": ctx.rel(Path(figures["model"])),
+        "steps": figures["steps"],
+        "frozen": figures["frozen"],
+        "train_s": round(figures["wall_s"], 1),
+        # The heads' token accuracies on the last batch: does the tower tell kind, colour, size and cell apart?
+        "accuracy": {k.removesuffix("_accuracy"): v for k, v in figures.items() if k.endswith("_accuracy")},
+    }
+
+
 def _log_stats(logs: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
     """Mean of `key` over the first and the last tenth of the logged steps."""
     values = [r[key] for r in logs if key in r]
@@ -279,31 +288,28 @@ def _log_stats(logs: list[dict[str, Any]], key: str) -> tuple[float | None, floa
 
 
 def sft(ctx: StageContext) -> dict[str, Any]:
+    from eval.plots import training_curves
     from training.common import run_recipe
     from training.sft import build_sft_trainer
-    from training.tiny_recipe import History, plot_curves, sft_config
+    from training.tiny_recipe import History
 
     config = ctx.config
     history = History()
-    train = ctx.path("distill", "sft", "train.jsonl")
     start = time.perf_counter()
     run_recipe(
         _with_progress(build_sft_trainer, ctx.console, "judge SFT"),
-        sft_config(
-            ctx.out / ctx.figures("untrained")["model"],
-            train,
+        config.recipe().sft_config(
+            ctx.out / ctx.figures("warmup")["model"],
+            ctx.path("distill", "sft", "train.jsonl"),
             ctx.folder / "model",
-            steps=config.sft_steps,
-            batch_size=config.batch_size,
-            learning_rate=config.sft_lr,
-            seed=config.seed,
+            freeze_vision=ctx.figures("warmup")["frozen"],
             logging_steps=min(10, config.sft_steps),
         ),
         [history.callback()],
     )
     train_s = time.perf_counter() - start
     (ctx.folder / "history.json").write_text(json.dumps(history.logs))
-    plot_curves(ctx.folder / "loss.png", sft=history.logs)
+    training_curves(ctx.folder / "loss.png", sft=history.logs)
     first, last = _log_stats(history.logs, "loss")
     figures = _heldout_eval(ctx, ctx.folder / "model", ctx.folder / "vlrb", JUDGE_NAME["sft"])
     return {
@@ -318,9 +324,10 @@ def sft(ctx: StageContext) -> dict[str, Any]:
 
 
 def grpo(ctx: StageContext) -> dict[str, Any]:
+    from eval.plots import training_curves
     from training.common import run_recipe
     from training.grpo import build_grpo_trainer
-    from training.tiny_recipe import History, grpo_config, plot_curves
+    from training.tiny_recipe import History
 
     config = ctx.config
     sft_model = ctx.out / ctx.figures("sft")["model"]
@@ -330,16 +337,11 @@ def grpo(ctx: StageContext) -> dict[str, Any]:
     start = time.perf_counter()
     run_recipe(
         _with_progress(build_grpo_trainer, ctx.console, "judge GRPO"),
-        grpo_config(
+        config.recipe().grpo_config(
             sft_model,
             ctx.path("distill", "rl", "train.jsonl"),
             ctx.folder / "model",
-            steps=config.grpo_steps,
-            batch_size=config.batch_size,
-            learning_rate=config.grpo_lr,
-            num_generations=config.grpo_generations,
-            max_completion_length=config.judge_max_new_tokens,
-            seed=config.seed,
+            freeze_vision=ctx.figures("warmup")["frozen"],
             logging_steps=min(2, config.grpo_steps),
         ),
         [history.callback()],
@@ -347,7 +349,7 @@ def grpo(ctx: StageContext) -> dict[str, Any]:
     train_s = time.perf_counter() - start
     (ctx.folder / "history.json").write_text(json.dumps(history.logs))
     sft_logs = json.loads(ctx.path("sft", "history.json").read_text())
-    plot_curves(ctx.folder / "curves.png", sft=sft_logs, grpo=history.logs)
+    training_curves(ctx.folder / "curves.png", sft=sft_logs, grpo=history.logs)
     first, last = _log_stats(history.logs, "reward")
     return {
         "model": ctx.rel(ctx.folder / "model"),
@@ -363,41 +365,43 @@ def grpo(ctx: StageContext) -> dict[str, Any]:
 
 
 def evaluate(ctx: StageContext) -> dict[str, Any]:
-    from eval.common import bar_chart
+    from eval.plots import bar_chart
 
     figures = _heldout_eval(ctx, ctx.out / ctx.figures("grpo")["model"], ctx.folder / "vlrb", JUDGE_NAME["evaluate"])
     stages = {"untrained": ctx.figures("untrained"), "after SFT": ctx.figures("sft"), "after GRPO": figures}
     chart = bar_chart(
         ctx.folder / "heldout_by_stage.png",
         {
-            "accuracy": {k: None if f["accuracy"] is None else 100 * f["accuracy"] for k, f in stages.items()},
-            "order consistency": {
-                k: None if f["consistency"] is None else 100 * f["consistency"] for k, f in stages.items()
-            },
+            "accuracy": {k: 100 * f["accuracy"] for k, f in stages.items()},
+            "order consistency": {k: 100 * f["consistency"] for k, f in stages.items()},
         },
-        title="Held-out pairs (VL-RewardBench format, mc mode)",
+        title="Held-out pairs (VL-RewardBench format, mc mode; undecided counted 0.5)",
         ylabel="%",
     )
-    charts = [chart, *sorted((ctx.folder / "vlrb").glob("*.png"))]
+    # Image flaws need the picture; a judge that does not look at it is at chance (50 %) on them.
+    by_flaw = bar_chart(
+        ctx.folder / "heldout_by_flaw.png",
+        {name: {k: 100 * v for k, v in f["per_flaw"].items()} for name, f in stages.items() if name != "untrained"},
+        title="Held-out accuracy by flaw (hallucinated_*: only the picture shows it)",
+        ylabel="accuracy (%)",
+    )
+    charts = [chart, by_flaw, *sorted((ctx.folder / "vlrb").glob("*.png"))]
     return {**figures, "plots": [ctx.rel(path) for path in charts]}
 
 
 def best_of_n(ctx: StageContext) -> dict[str, Any]:
     from eval.mmvet import load_candidates, load_mmvet, run_mmvet, save_candidates
     from eval.synthetic import ExactGrader, KnockoutSelector, best_of_n_candidates, write_mmvet_set
-    from training.tiny_recipe import recipe_judge
+    from training.policy_data import world_questions
 
     config = ctx.config
-    rows = _world_rows(ctx, "val")[: config.bon_questions]
+    rows = world_questions(ctx.path("negatives"), ctx.path("distill"), "val")[: config.bon_questions]
     mmvet = write_mmvet_set(rows, ctx.path("negatives"), ctx.folder / "mm-vet")
     questions = load_mmvet(mmvet.resolve())
     candidates = best_of_n_candidates(rows, config.bon_n, gold_share=config.bon_gold_share, seed=config.seed)
     files = save_candidates(candidates, ctx.folder, prefix="candidates")
-    judge = recipe_judge(
-        ctx.out / ctx.figures("grpo")["model"],
-        image_root=None,
-        batch_size=config.eval_batch_size,
-        max_new_tokens=config.judge_max_new_tokens,
+    judge = config.recipe().judge(
+        ctx.out / ctx.figures("grpo")["model"], image_root=None, batch_size=config.eval_batch_size
     )
     metrics = run_mmvet(
         KnockoutSelector(judge, max_options=config.max_options),
@@ -419,27 +423,6 @@ def best_of_n(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def _world_rows(ctx: StageContext, split: str) -> list[dict[str, Any]]:
-    """Records of one split with their exact negatives (texts) and kind; image paths relative to negatives/."""
-    from judge.jsonl import read_jsonl
-
-    splits = {row["id"]: row["meta"]["split"] for _, row in read_jsonl(ctx.path("distill", "items.jsonl"))}
-    rows = []
-    for _, row in read_jsonl(ctx.path("negatives", "negatives.jsonl")):
-        if splits.get(row["id"]) == split and row["negatives"]:
-            rows.append(
-                {
-                    "id": row["id"],
-                    "image": row["image"],
-                    "question": row["question"],
-                    "answer": row["answer"],
-                    "kind": row["source"].split("/")[1],
-                    "negatives": [n["text"] for n in row["negatives"]],
-                }
-            )
-    return sorted(rows, key=lambda r: r["id"])
-
-
 # -- the reward server and policy GRPO ---------------------------------------------------------------------
 
 
@@ -451,103 +434,43 @@ def _served_requests(url: str, endpoint: str = "/v1/reward") -> int:
     return sum(int(float(line[len(prefix) :])) for line in text.splitlines() if line.startswith(prefix))
 
 
-def _policy_data(ctx: StageContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Warm-start SFT conversations (a right answer with `policy_correct_share`, else an exact negative),
-    GRPO prompts (train-split records) and held-out questions (validation split); image paths are made
-    relative to `policy/data/`."""
-    from judge.jsonl import write_jsonl_atomic
-
-    config = ctx.config
-    data = ctx.folder / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    negatives = ctx.path("negatives")
-
-    def rebase(row: dict[str, Any]) -> dict[str, Any]:
-        return {**row, "image": os.path.relpath(negatives / row["image"], data)}
-
-    train = [rebase(r) for r in _world_rows(ctx, "train")]
-    heldout = [rebase(r) for r in _world_rows(ctx, "val")[: config.policy_heldout]]
-    rng = random.Random(f"{config.seed}:policy-sft")
-    conversations = []
-    for row in train:
-        answer = row["answer"] if rng.random() < config.policy_correct_share else rng.choice(row["negatives"])
-        user = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": row["question"]}]}
-        conversations.append({"images": [row["image"]], "messages": [user, {"role": "assistant", "content": answer}]})
-    write_jsonl_atomic(data / "policy_sft.jsonl", conversations)
-    fields = ("id", "image", "question", "answer")
-    write_jsonl_atomic(data / "prompts.jsonl", [{k: r[k] for k in fields} for r in train])
-    return train, heldout
-
-
-def _heldout_reward(policy: Path, reward: Any, rows: list[dict[str, Any]], data: Path, config: DemoConfig) -> dict:
-    """Sampled answers of the policy on held-out questions: the judge's mean reward and the exact-match share."""
-    from PIL import Image
-
+def _judged(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean judge reward (unscored answers count 0.5) and the exact-match share of sampled answers."""
+    from eval.heldout import mean_reward
     from eval.synthetic import normalize
-    from judge.backends.base import ChatRequest, SamplingParams
-    from judge.backends.hf import TransformersBackend
 
-    backend = TransformersBackend(str(policy), device="cpu", max_batch_size=64)
-    images = [Image.open(data / r["image"]).convert("RGB") for r in rows]
-    k = config.policy_samples
-    requests = [ChatRequest.user(r["question"], [im]) for r, im in zip(rows, images) for _ in range(k)]
-    params = SamplingParams(max_new_tokens=config.policy_max_completion_length, temperature=1.0, seed=config.seed)
-    texts = [g.text for g in backend.generate(requests, params)]
-    expanded = [r for r in rows for _ in range(k)]
-    rewards = reward(
-        prompts=[r["question"] for r in expanded],
-        completions=texts,
-        image=[im for im in images for _ in range(k)],
-        answer=[r["answer"] for r in expanded],
-    )
-    scored = [r for r in rewards if r is not None]
-    exact = [normalize(t) == normalize(r["answer"]) for r, t in zip(expanded, texts)]
-    samples = [
-        {"question": r["question"], "reference": r["answer"], "completion": t, "reward": w}
-        for r, t, w in zip(expanded, texts, rewards)
-    ]
     return {
-        "reward": sum(scored) / max(1, len(scored)),
-        "exact": sum(exact) / len(exact),
-        "unscored": len(rewards) - len(scored),
-        "samples": samples,
+        "reward": mean_reward(s["reward"] for s in samples),
+        "exact": sum(normalize(s["completion"]) == normalize(s["answer"]) for s in samples) / max(1, len(samples)),
+        "unscored": sum(s["reward"] is None for s in samples),
+        "samples": [
+            {"question": s["question"], "reference": s["answer"], "completion": s["completion"], "reward": s["reward"]}
+            for s in samples
+        ],
     }
-
-
-def _plot_policy(logs: list[dict[str, Any]], before: float, after: float, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    points = [(r["step"], r["reward"]) for r in logs if "reward" in r]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if points:
-        ax.plot(*zip(*points), marker=".", label="mean judge reward per step (training batch)")
-    ax.axhline(before, ls=":", c="grey", label=f"held-out before: {before:.3f}")
-    ax.axhline(after, ls="--", c="black", label=f"held-out after: {after:.3f}")
-    ax.set_xlabel("policy GRPO step"), ax.set_ylabel("judge reward (pairwise vs reference)"), ax.set_ylim(0, 1)
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def policy(ctx: StageContext) -> dict[str, Any]:
     """Serve the final judge on loopback; warm-start a tiny policy; GRPO it with the server as its reward."""
+    from eval.plots import reward_curve
     from judge.policy_reward import JudgeRewardFunction
     from judge.server import create_app
     from judge.server.config import ServerConfig
     from judge.tiny import build_tiny_model
     from training.common import run_recipe
     from training.policy import JudgePolicyGRPOConfig, build_policy_trainer
+    from training.policy_data import judge_samples, rebase_images, world_questions, write_policy_data
     from training.sft import build_sft_trainer
-    from training.tiny_recipe import TRAINER_DEFAULTS, History, recipe_judge, sft_config
+    from training.tiny_recipe import TRAINER_DEFAULTS, History, sft_config
 
     config = ctx.config
-    train, heldout_rows = _policy_data(ctx)
     data = ctx.folder / "data"
+    # GRPO prompts from training-split records, held-out questions from the validation split.
+    train = rebase_images(
+        world_questions(ctx.path("negatives"), ctx.path("distill"), "train"), ctx.path("negatives"), data
+    )
+    heldout_rows = world_questions(ctx.path("negatives"), ctx.path("distill"), "val")[: config.policy_heldout]
+    files = write_policy_data(train, data, correct_share=config.policy_correct_share, seed=config.seed)
     base = build_tiny_model(ctx.folder / "untrained", size=config.policy_size, seed=config.seed + 1)
     warm = ctx.folder / "sft"
     if config.policy_sft_steps:
@@ -555,7 +478,7 @@ def policy(ctx: StageContext) -> dict[str, Any]:
             _with_progress(build_sft_trainer, ctx.console, "policy warm-start SFT"),
             sft_config(
                 base,
-                data / "policy_sft.jsonl",
+                files["sft"],
                 warm,
                 steps=config.policy_sft_steps,
                 seed=config.seed,
@@ -565,25 +488,33 @@ def policy(ctx: StageContext) -> dict[str, Any]:
     else:
         warm = base
     judge_batch = 2 * config.policy_batch_size  # one GRPO step's pairwise games in one judge batch
-    judge = recipe_judge(
-        ctx.out / ctx.figures("grpo")["model"],
-        image_root=None,
-        batch_size=judge_batch,
-        max_new_tokens=config.judge_max_new_tokens,
-    )
+    judge = config.recipe().judge(ctx.out / ctx.figures("grpo")["model"], image_root=None, batch_size=judge_batch)
     app = create_app(judge, ServerConfig(port=0, max_batch_items=judge_batch, max_candidates=2))
     history = History()
     with serve_in_thread(app) as url:
         ctx.print(f"reward server on {url} (POST /v1/reward, pairwise against the reference answer)")
         reward = JudgeRewardFunction(server_url=url, mode="pairwise", reference_column="answer", max_options=2)
-        before = _heldout_reward(warm, reward, heldout_rows, data, config)
+
+        def judged(policy_model: Path) -> dict[str, Any]:
+            samples = judge_samples(
+                policy_model,
+                reward,
+                heldout_rows,
+                ctx.path("negatives"),
+                samples=config.policy_samples,
+                max_new_tokens=config.policy_max_completion_length,
+                seed=config.seed,
+            )
+            return _judged(samples)
+
+        before = judged(warm)
         start = time.perf_counter()
         if config.policy_grpo_steps:
             run_recipe(
                 _with_progress(build_policy_trainer, ctx.console, "policy GRPO"),
                 JudgePolicyGRPOConfig(
                     model_name_or_path=str(warm),
-                    train_file=str(data / "prompts.jsonl"),
+                    train_file=str(files["prompts"]),
                     output_dir=str(ctx.folder / "grpo"),
                     judge_server_url=url,
                     judge_mode="pairwise",
@@ -605,13 +536,13 @@ def policy(ctx: StageContext) -> dict[str, Any]:
         else:
             trained = warm
         train_s = time.perf_counter() - start
-        after = _heldout_reward(trained, reward, heldout_rows, data, config)
+        after = judged(trained)
         served = _served_requests(url)
         reward.close()
     (ctx.folder / "history.json").write_text(json.dumps(history.logs))
     samples = {"before": before.pop("samples"), "after": after.pop("samples")}
     (ctx.folder / "samples.json").write_text(json.dumps(samples, indent=1))
-    plot = _plot_policy(history.logs, before["reward"], after["reward"], ctx.folder / "reward_curve.png")
+    plot = reward_curve(ctx.folder / "reward_curve.png", history.logs, before=before["reward"], after=after["reward"])
     first, last = _log_stats(history.logs, "reward")
     return {
         "server": "127.0.0.1 (loopback), POST /v1/reward, pairwise vs the reference",
@@ -638,10 +569,13 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "world",
         "draw the synthetic world (seeded scenes, gold answers known)",
-        ("seed", "kinds", "world_n", "image_size"),
+        ("seed", "kinds", "world_n", "image_size", "shaded"),
         (),
         world,
-        lambda f: f"{f['records']} records of {', '.join(f['by_kind'])} ({f['drawn']} drawn), {f['px']} px",
+        lambda f: (
+            f"{f['records']} records of {', '.join(f['by_kind'])} ({f['drawn']} drawn), {f['px']} px"
+            + (", shaded cells" if f.get("shaded") else "")
+        ),
         lambda c: f"{c.world_n} records",
     ),
     Stage(
@@ -655,12 +589,12 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "distill",
         "descriptions → balanced MC items → distilled reasoning traces (SFT data)",
-        ("seed", "max_options", "val_fraction", "reasoner_style"),
+        ("seed", "max_options", "val_fraction", "reasoner_style", "describe_share"),
         ("negatives",),
         distill,
         lambda f: (
             f"{f['items']} MC items (train {f['splits'].get('train', 0)}, val {f['splits'].get('val', 0)}); "
-            f"{f['sft_train']} SFT traces (kept {f['kept_fraction']:.0%})"
+            f"{f['sft_train']} {f.get('reasoner_style', '')} SFT traces (kept {f['kept_fraction']:.0%})"
         ),
     ),
     Stage(
@@ -670,7 +604,8 @@ STAGES: tuple[Stage, ...] = (
         ("distill",),
         heldout,
         lambda f: (
-            f"{f['pairs']} pairs ({', '.join(f'{k} {n}' for k, n in f['by_kind'].items())}) → {f['file']}"
+            f"{f['pairs']} pairs ({', '.join(f'{k} {n}' for k, n in f['by_kind'].items())}; "
+            f"{', '.join(f'{k} flaws {n}' for k, n in f['by_evidence'].items())}) → {f['file']}"
             + (
                 f" (fewer than the {f['asked']} asked: raise world_n or val_fraction)"
                 if f["pairs"] < f["asked"]
@@ -689,10 +624,25 @@ STAGES: tuple[Stage, ...] = (
         lambda c: f"the first {min(c.untrained_heldout_n, c.heldout_n)} held-out pairs × 2 orders",
     ),
     Stage(
+        "warmup",
+        "perception warm-up: the vision tower learns to name each token's shape and cell, then is frozen",
+        ("seed", "vision_warmup_steps", "train_vision", "shaded"),
+        ("untrained", "distill"),
+        warmup,
+        lambda f: (
+            "skipped (vision_warmup_steps=0)"
+            if not f["steps"]
+            else f"{f['steps']} steps in {f['train_s']:.0f} s; token accuracy "
+            + ", ".join(f"{k} {v:.2f}" for k, v in f["accuracy"].items())
+            + ("; tower frozen" if f["frozen"] else "")
+        ),
+        lambda c: f"{c.vision_warmup_steps} warm-up steps",
+    ),
+    Stage(
         "sft",
         "warm-up SFT on the distilled traces (TRL SFTTrainer)",
-        ("seed", "sft_steps", "sft_lr", "batch_size", "judge_max_new_tokens", "eval_batch_size"),
-        ("distill", "untrained", "heldout"),
+        ("seed", "sft_steps", "sft_lr", "vision_lr", "batch_size", "judge_max_new_tokens", "eval_batch_size"),
+        ("distill", "warmup", "heldout"),
         sft,
         lambda f: (
             f"{f['steps']} steps in {f['train_s']:.0f} s, loss {_fmt(f['loss_first'], 2)} → "
@@ -704,7 +654,7 @@ STAGES: tuple[Stage, ...] = (
         "grpo",
         "judge GRPO on the MC items (TRL GRPOTrainer, reward 0.9 · correct + 0.1 · format)",
         ("seed", "grpo_steps", "grpo_lr", "grpo_generations", "batch_size", "judge_max_new_tokens"),
-        ("sft", "distill"),
+        ("sft", "distill", "warmup"),
         grpo,
         lambda f: (
             "skipped (grpo_steps=0)"

@@ -1,22 +1,26 @@
-"""The recipe that teaches a tiny judge on a CPU: the data it sees, its prompt, its SFT and GRPO settings.
+"""The recipe that teaches a tiny judge on a CPU: the data it sees, its prompt, its warm-up, SFT and GRPO.
 
 `benchmarks/learning_curve.py` measures this recipe; `mrjudge demo` runs it end to end. Both take it from
-here, so the demo's judge is trained exactly the way the benchmark's numbers were made:
+here (`TinyJudgeRecipe`, its defaults and its steps), so the demo's judge is trained exactly the way the
+benchmark's numbers were made (docs/learning.md):
 
 - a `small` judge from the tiny-model factory, on synthetic-world questions of a few kinds (attribute,
-  count and spatial by default), 84 px pictures (9 image tokens);
+  count and spatial by default), 84 px pictures (9 image tokens), each grid cell on its own pale
+  background (`shaded`), so positions show in the pixels;
 - the compact judge prompt (`COMPACT_PROMPT`): the model is tiny and the CPU slow, so every prompt token
   costs steps;
-- `diff` scene-reasoner traces that give a verdict per option;
-- TRL SFT at lr 3e-3 with warmup-stable-decay, batch 16, no gradient checkpointing; then a short GRPO.
+- a perception warm-up of the vision tower (`training.vision_warmup`), which is then frozen;
+- `checks` scene-reasoner traces: the picture's facts keyed by shape, then every option checked fact by fact;
+- TRL SFT at lr 1e-3 with warmup-stable-decay, batch 16, no gradient checkpointing; then a short GRPO.
 
-    from training.tiny_recipe import COMPACT_PROMPT, sft_config, write_kind_world
+    from training.tiny_recipe import TinyJudgeRecipe
+    recipe = TinyJudgeRecipe(sft_steps=400)
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +30,11 @@ __all__ = [
     "COMPACT_PROMPT",
     "DESCRIBE_PROMPT",
     "History",
+    "TRACE_TOKENS",
     "TRAINER_DEFAULTS",
+    "TinyJudgeRecipe",
     "distill_judge_data",
     "grpo_config",
-    "heldout_pairs",
-    "plot_curves",
     "recipe_judge",
     "sft_config",
     "vision_sensitivity",
@@ -52,6 +56,157 @@ TRAINER_DEFAULTS: dict[str, Any] = dict(
     gradient_checkpointing=False,
 )
 """TRL/`TrainingArguments` settings every CPU run of the recipe shares."""
+
+TRACE_TOKENS: dict[str, int] = {"pairs": 256, "scene": 128, "checks": 192}
+"""Judge and GRPO generation budgets for trace layouts longer than the default 96 tokens (the longest trace fits)."""
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class TinyJudgeRecipe:
+    """Every choice of the recipe that teaches a tiny judge, with the defaults measured in docs/learning.md
+    (0.85 held-out over attribute, count and spatial questions in about 690 s on 2 cores)."""
+
+    kinds: list[str] = field(
+        default_factory=lambda: ["attribute", "count", "spatial"],
+        metadata=_help("world question kinds the judge learns (ocr and arithmetic are harder)"),
+    )
+    world_n: int = field(default=4000, metadata=_help("world records of those kinds"))
+    image_size: int = field(default=84, metadata=_help("picture side in px (84 px → 9 image tokens)"))
+    shaded: bool = field(
+        default=True, metadata=_help("each grid cell on its own pale background, so positions show in the pixels")
+    )
+    negatives_n: int = field(default=3, metadata=_help("exact negatives per record"))
+    max_options: int = field(default=2, metadata=_help("options per MC item (the tiny judge learns pairs)"))
+    val_fraction: float = field(default=0.08, metadata=_help("share of records held out (validation split)"))
+    reasoner_style: str = field(
+        default="checks",
+        metadata=_help("trace layout: checks (image facts keyed by shape, then each option checked fact by fact)"),
+    )
+    describe_share: float = field(default=0.0, metadata=_help("share of SFT examples asking for a description"))
+    judge_size: str = field(default="small", metadata=_help("tiny-model size of the judge"))
+    judge_max_new_tokens: int | None = field(
+        default=None, metadata=_help("judge reasoning budget in tokens (default: the trace layout's, TRACE_TOKENS)")
+    )
+    vision_warmup_steps: int = field(
+        default=1500, metadata=_help("perception warm-up steps before SFT, then the tower is frozen; 0: none")
+    )
+    train_vision: bool = field(
+        default=False, metadata=_help("train the vision tower in SFT and GRPO too (default: frozen after a warm-up)")
+    )
+    vision_lr: float | None = field(default=None, metadata=_help("vision tower learning rate (default: sft_lr)"))
+    sft_steps: int = field(default=1500, metadata=_help("warm-up SFT optimizer steps"))
+    sft_lr: float = field(default=1e-3, metadata=_help("SFT learning rate (warmup-stable-decay)"))
+    batch_size: int = field(default=16, metadata=_help("SFT and judge-GRPO batch"))
+    grpo_steps: int = field(default=20, metadata=_help("judge GRPO steps (0 skips GRPO)"))
+    grpo_lr: float = field(default=5e-5, metadata=_help("judge GRPO learning rate"))
+    grpo_generations: int = field(default=4, metadata=_help("completions per prompt in judge GRPO"))
+    seed: int = field(default=0, metadata=_help("seeds the world, the judge, the splits and the trainers"))
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The judge's generation budget: `judge_max_new_tokens`, else the longest trace of the layout."""
+        return self.judge_max_new_tokens or TRACE_TOKENS.get(self.reasoner_style, 96)
+
+    @property
+    def freeze_vision(self) -> bool:
+        """The tower stays fixed in SFT and GRPO after a warm-up (as the 7B recipes freeze theirs)."""
+        return self.vision_warmup_steps > 0 and not self.train_vision
+
+    def write_world(
+        self, world_dir: str | Path, data_dir: str | Path, progress: Callable[[int], None] | None = None
+    ) -> list[dict[str, Any]]:
+        """The synthetic world, kept to the recipe's kinds (`write_kind_world`)."""
+        return write_kind_world(
+            world_dir,
+            data_dir,
+            kinds=self.kinds,
+            n=self.world_n,
+            seed=self.seed,
+            image_size=self.image_size,
+            shaded=self.shaded,
+            progress=progress,
+        )
+
+    def write_negatives(self, data_dir: str | Path, out_dir: str | Path, *, show_progress: bool = False) -> dict:
+        """Exact negatives by perturbing each record's scene; returns the negatives stage's summary."""
+        from data_synthesis.pipeline import run_negatives
+
+        _, summary = run_negatives(
+            data_dir, out_dir, generator="scene", n=self.negatives_n, seed=self.seed, show_progress=show_progress
+        )
+        return summary
+
+    def distill(self, negatives_dir: str | Path, out_dir: str | Path, *, show_progress: bool = False) -> dict:
+        """Descriptions → balanced MC items → the recipe's traces → SFT examples (`distill_judge_data`)."""
+        return distill_judge_data(
+            negatives_dir,
+            out_dir,
+            max_options=self.max_options,
+            val_fraction=self.val_fraction,
+            reasoner_style=self.reasoner_style,
+            describe_share=self.describe_share,
+            seed=self.seed,
+            show_progress=show_progress,
+        )
+
+    def warm_up(
+        self,
+        model_dir: str | Path,
+        records_dir: str | Path,
+        items_dir: str | Path,
+        out_dir: str | Path,
+        progress: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> dict[str, Any]:
+        """The perception warm-up on training-split pictures; `model` is the judge SFT starts from (the
+        warmed-up one, or `model_dir` itself when `vision_warmup_steps` is 0) and `frozen` whether SFT and
+        GRPO keep its vision tower fixed."""
+        if not self.vision_warmup_steps:
+            return {"steps": 0, "wall_s": 0.0, "model": str(model_dir), "frozen": False}
+        from training.vision_warmup import VisionWarmupConfig, warm_up_vision
+
+        figures = warm_up_vision(
+            model_dir,
+            warmup_rows(records_dir, items_dir),
+            image_root=records_dir,
+            out_dir=out_dir,
+            # On a shaded world the warm-up also teaches where each token is (its cell shows in the pixels).
+            config=VisionWarmupConfig(steps=self.vision_warmup_steps, seed=self.seed, cell_head=self.shaded),
+            progress=progress,
+        )
+        return {**figures, "model": str(out_dir), "frozen": self.freeze_vision}
+
+    def sft_config(self, model: str | Path, train_file: str | Path, output_dir: str | Path, **overrides: Any) -> Any:
+        """The recipe's warm-up SFT (`sft_config`) from `model`, the warmed-up judge."""
+        values: dict[str, Any] = dict(
+            steps=self.sft_steps,
+            batch_size=self.batch_size,
+            learning_rate=self.sft_lr,
+            seed=self.seed,
+            freeze_vision=self.freeze_vision,
+            vision_learning_rate=self.vision_lr,
+        )
+        return sft_config(model, train_file, output_dir, **{**values, **overrides})
+
+    def grpo_config(self, model: str | Path, train_file: str | Path, output_dir: str | Path, **overrides: Any) -> Any:
+        """The recipe's judge GRPO (`grpo_config`) from the SFT judge `model`."""
+        values: dict[str, Any] = dict(
+            steps=self.grpo_steps,
+            batch_size=self.batch_size,
+            learning_rate=self.grpo_lr,
+            num_generations=self.grpo_generations,
+            max_completion_length=self.max_new_tokens,
+            seed=self.seed,
+            freeze_vision=self.freeze_vision,
+        )
+        return grpo_config(model, train_file, output_dir, **{**values, **overrides})
+
+    def judge(self, model_dir: str | Path, *, image_root: str | Path | None, batch_size: int) -> Any:
+        """The recipe's judge (`recipe_judge`) with the layout's generation budget."""
+        return recipe_judge(model_dir, image_root=image_root, batch_size=batch_size, max_new_tokens=self.max_new_tokens)
 
 
 # -- data --------------------------------------------------------------------------------------------------
@@ -139,46 +294,16 @@ def distill_judge_data(
     }
 
 
-def heldout_pairs(world: Path, n: int, seed: int) -> list[Any]:
-    """Pairwise items (reference vs one negative) from validation-split records only.
-
-    Each item's `meta` carries the question kind and the negative's flaw; the reference's display position
-    is a seeded coin, so `label` is 0 or 1 about equally often.
-    """
-    from judge.jsonl import read_jsonl
-    from judge.types import MCItem
-
-    rng = random.Random(seed)
-    items = []
-    for _, item in read_jsonl(Path(world) / "items.jsonl"):
-        if item["meta"]["split"] != "val":
-            continue
-        label = item["label"]
-        wrong = rng.choice([i for i in range(len(item["candidates"])) if i != label])
-        pair = [item["candidates"][label], item["candidates"][wrong]]
-        first = rng.randrange(2)
-        candidates = pair if first == 0 else pair[::-1]
-        items.append(
-            MCItem(
-                id=item["id"],
-                image=item["image"],
-                question=item["question"],
-                candidates=candidates,
-                label=0 if first == 0 else 1,
-                meta={"kind": item["meta"]["source"].split("/")[1], "flaw": item["meta"]["flaws"][wrong]},
-            )
-        )
-    return items[:n]
-
-
-def warmup_rows(data_dir: str | Path) -> list[dict[str, Any]]:
-    """World records of the training split, with their scenes, for `training.vision_warmup` (held-out
-    pictures stay unseen); image paths are relative to `data_dir`."""
+def warmup_rows(data_dir: str | Path, items_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """World records in `data_dir` of the training split (`items.jsonl` in `items_dir`, default `data_dir`),
+    with their scenes, for `training.vision_warmup` (held-out pictures stay unseen); image paths are
+    relative to `data_dir`."""
     from data_synthesis.pipeline import load_rows
     from judge.jsonl import read_jsonl
 
     data_dir = Path(data_dir)
-    train = {item["id"] for _, item in read_jsonl(data_dir / "items.jsonl") if item["meta"]["split"] == "train"}
+    items = Path(items_dir or data_dir) / "items.jsonl"
+    train = {item["id"] for _, item in read_jsonl(items) if item["meta"]["split"] == "train"}
     return [row for row in load_rows(data_dir, "records", data_dir) if row["id"] in train]
 
 
@@ -313,7 +438,7 @@ def vision_sensitivity(model_dir: str | Path, *, image_size: int = 84, shaded: b
     return {name: round(float((features(*v) - base).norm() / base.norm()), 4) for name, v in variants.items()}
 
 
-# -- curves ------------------------------------------------------------------------------------------------
+# -- training logs ----------------------------------------------------------------------------------------
 
 
 class History:
@@ -335,33 +460,3 @@ class History:
                     )
 
         return Record()
-
-
-def plot_curves(
-    path: str | Path, *, sft: Sequence[dict[str, Any]] | None = None, grpo: Sequence[dict[str, Any]] | None = None
-) -> Path:
-    """SFT loss (log scale) and/or GRPO mean reward per step, side by side, from `History.logs`-style rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [name for name, logs in (("sft", sft), ("grpo", grpo)) if logs is not None]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    for ax, name in zip(axes[0], panels):
-        if name == "sft":
-            points = [(r["step"], r["loss"]) for r in sft or () if "loss" in r]
-            ax.set_xlabel("SFT step"), ax.set_ylabel("loss"), ax.set_yscale("log")
-            if points:
-                ax.plot(*zip(*points), label="SFT loss"), ax.legend()
-        else:
-            points = [(r["step"], r["reward"]) for r in grpo or () if "reward" in r]
-            ax.set_xlabel("GRPO step"), ax.set_ylabel("reward"), ax.set_ylim(0, 1)
-            if points:
-                ax.plot(*zip(*points), label="GRPO mean reward"), ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path

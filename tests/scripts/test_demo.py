@@ -48,6 +48,7 @@ def test_stages_are_in_pipeline_order():
         "distill",
         "heldout",
         "untrained",
+        "warmup",
         "sft",
         "grpo",
         "evaluate",
@@ -67,9 +68,17 @@ def test_quick_demo_writes_the_summary(demo):
     assert summary["total_wall_s"] == pytest.approx(sum(r["wall_s"] for r in summary["stages"].values()), abs=0.1)
     headline = summary["headline"]
     assert set(headline["heldout_accuracy"]) == {"untrained", "sft", "grpo"}
-    assert headline["vlrb_overall_accuracy"] == summary["judge_heldout_accuracy"]
+    assert headline["heldout_accuracy"]["grpo"] == summary["judge_heldout_accuracy"]
+    # The breakdown that shows whether the judge looks at the picture: image flaws against text flaws.
+    assert set(headline["heldout_per_evidence"]) == {"untrained", "sft", "grpo"}
+    assert set(headline["heldout_per_evidence"]["grpo"]) <= {"image", "text"}
+    assert sum(headline["heldout_flaw_counts"].values()) == QUICK["heldout_n"]
+    assert set(headline["heldout_per_flaw"]) == set(headline["heldout_flaw_counts"])
     assert set(headline["best_of_n"]) == {"n", "first", "random", "judge", "oracle"}
     assert 0 <= headline["policy_reward"]["before"] <= 1 and 0 <= headline["policy_reward"]["after"] <= 1
+    assert summary["config"]["reasoner_style"] == "checks" and summary["config"]["shaded"] is True
+    assert summary["stages"]["warmup"]["figures"]["steps"] == QUICK["vision_warmup_steps"]
+    assert summary["stages"]["warmup"]["figures"]["frozen"] is True
     assert wall_s < 90, f"the quick demo took {wall_s:.0f} s; it should stay well under a minute"
 
 
@@ -105,7 +114,8 @@ def test_report_embeds_plots_that_exist(demo):
     assert len(images) >= 5, images
     for image in images:
         assert (out / image).is_file(), image
-    for expected in ("grpo/curves.png", "evaluate/heldout_by_stage.png", "policy/reward_curve.png"):
+    expected_plots = ("grpo/curves.png", "evaluate/heldout_by_stage.png", "evaluate/heldout_by_flaw.png")
+    for expected in (*expected_plots, "policy/reward_curve.png"):
         assert expected in images
     assert any(i.startswith("best_of_n/") for i in images)
     for link in re.findall(r"\]\(([^)]+\.md)\)", report):
@@ -156,6 +166,8 @@ def test_a_stage_hash_covers_everything_upstream():
     old, new = hashes(base), hashes(replace(base, sft_steps=base.sft_steps + 1))
     changed = [name for name in STAGE_NAMES if old[name] != new[name]]
     assert changed == ["sft", "grpo", "evaluate", "best_of_n", "policy"]
+    warm = hashes(replace(base, vision_warmup_steps=base.vision_warmup_steps + 1))
+    assert [name for name in STAGE_NAMES if old[name] != warm[name]] == STAGE_NAMES[STAGE_NAMES.index("warmup") :]
     assert hashes(replace(base, threads=1, wall_budget_s=1.0)) == old  # run settings change no output
 
 

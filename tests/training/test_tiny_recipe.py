@@ -6,11 +6,12 @@ from collections import Counter
 
 import pytest
 
+from eval.heldout import heldout_pairs
 from training.tiny_recipe import (
     COMPACT_PROMPT,
+    TinyJudgeRecipe,
     distill_judge_data,
     grpo_config,
-    heldout_pairs,
     sft_config,
     vision_sensitivity,
     world_size_for,
@@ -67,6 +68,29 @@ def test_trainer_settings_are_the_measured_recipe(tmp_path):
     grpo = grpo_config("m", "t.jsonl", tmp_path, steps=20)
     assert grpo.beta == 0.0 and grpo.temperature == 1.0 and grpo.num_generations == 4
     assert grpo.prompt_config().instruction == COMPACT_PROMPT.instruction and grpo.prompt_config().criteria is None
+
+
+def test_the_recipe_is_the_learning_benchmarks(tmp_path):
+    """One recipe (docs/learning.md's defaults) drives the demo and the benchmark; its configs follow it."""
+    from scripts.demo_config import DemoConfig
+
+    recipe = TinyJudgeRecipe()
+    assert (recipe.shaded, recipe.reasoner_style, recipe.vision_warmup_steps) == (True, "checks", 1500)
+    assert recipe.max_new_tokens == 192 and recipe.freeze_vision
+    assert TinyJudgeRecipe(reasoner_style="diff").max_new_tokens == 96
+    assert TinyJudgeRecipe(judge_max_new_tokens=40).max_new_tokens == 40
+    assert not TinyJudgeRecipe(vision_warmup_steps=0).freeze_vision
+    assert not TinyJudgeRecipe(train_vision=True).freeze_vision
+    sft = recipe.sft_config("m", "t.jsonl", tmp_path)
+    assert sft.max_steps == 1500 and sft.learning_rate == 1e-3 and sft.freeze_vision
+    grpo = recipe.grpo_config("m", "t.jsonl", tmp_path, logging_steps=1)
+    assert grpo.max_steps == 20 and grpo.max_completion_length == 192 and grpo.freeze_vision and grpo.logging_steps == 1
+    assert DemoConfig().recipe() == recipe  # the demo's defaults are the recipe's
+
+
+def test_warm_up_of_zero_steps_keeps_the_model(tmp_path):
+    figures = TinyJudgeRecipe(vision_warmup_steps=0).warm_up("base", tmp_path, tmp_path, tmp_path / "seeing")
+    assert figures == {"steps": 0, "wall_s": 0.0, "model": "base", "frozen": False}
 
 
 def test_vision_sensitivity_sees_a_collapsed_vision_tower(tiny_vlm_dir, tmp_path):

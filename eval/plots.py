@@ -1,0 +1,127 @@
+"""The report charts, with matplotlib set up in one place: headless (Agg), saved as 120-dpi PNG, closed.
+
+Eval reports, the demo and the benchmarks draw through these; `saved_figure` is the one setup for any
+other chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["bar_chart", "reward_curve", "saved_figure", "training_curves"]
+
+
+@contextmanager
+def saved_figure(
+    path: str | Path, *, figsize: tuple[float, float], ncols: int | None = None
+) -> Iterator[tuple[Any, Any]]:
+    """`(fig, axes)` to draw on; on exit the figure is laid out, saved to `path` (folders made) and closed.
+    `axes` is one Axes, or a list of `ncols` side by side when `ncols` is given."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: reports are written on servers and in CI
+    import matplotlib.pyplot as plt
+
+    if ncols is None:
+        fig, axes = plt.subplots(figsize=figsize)
+    else:
+        fig, grid = plt.subplots(1, ncols, figsize=figsize, squeeze=False)
+        axes = list(grid[0])
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def bar_chart(
+    path: str | Path,
+    series: dict[str, dict[str, float | None]],
+    *,
+    title: str,
+    ylabel: str = "accuracy (%)",
+    ylim: tuple[float, float] | None = (0, 100),
+) -> Path:
+    """Grouped bars: one group per category, one bar per series (e.g. this run and reference judges)."""
+    categories = list(dict.fromkeys(c for values in series.values() for c in values))
+    width = 0.8 / max(len(series), 1)
+    with saved_figure(path, figsize=(max(5, 1.3 * len(categories) + 2), 3.8)) as (_, ax):
+        for i, (name, values) in enumerate(series.items()):
+            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(categories))]
+            heights = [values.get(c) for c in categories]
+            bars = ax.bar(xs, [h if h is not None else 0 for h in heights], width, label=name)
+            for bar, h in zip(bars, heights):
+                if h is not None:
+                    ax.annotate(
+                        f"{h:.1f}", (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom", fontsize=7
+                    )
+        ax.set_xticks(range(len(categories)), categories, rotation=20, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if ylim:
+            ax.set_ylim(*ylim)
+        if len(series) > 1:
+            ax.legend(fontsize=8)
+    return Path(path)
+
+
+def training_curves(
+    path: str | Path,
+    *,
+    sft: Sequence[Mapping[str, Any]] | None = None,
+    grpo: Sequence[Mapping[str, Any]] | None = None,
+) -> Path:
+    """SFT loss (log scale) and/or GRPO mean reward per step, side by side, from logged rows
+    (`training.tiny_recipe.History.logs`: `{"step", "loss" | "reward", ...}`)."""
+    panels = [name for name, logs in (("sft", sft), ("grpo", grpo)) if logs is not None]
+    with saved_figure(path, figsize=(5.5 * len(panels), 4), ncols=len(panels)) as (_, axes):
+        for ax, name in zip(axes, panels):
+            if name == "sft":
+                points = [(r["step"], r["loss"]) for r in sft or () if "loss" in r]
+                ax.set_xlabel("SFT step"), ax.set_ylabel("loss"), ax.set_yscale("log")
+                if points:
+                    ax.plot(*zip(*points), label="SFT loss"), ax.legend()
+            else:
+                points = [(r["step"], r["reward"]) for r in grpo or () if "reward" in r]
+                ax.set_xlabel("GRPO step"), ax.set_ylabel("reward"), ax.set_ylim(0, 1)
+                if points:
+                    ax.plot(*zip(*points), label="GRPO mean reward"), ax.legend()
+    return Path(path)
+
+
+def reward_curve(
+    path: str | Path,
+    logs: Sequence[Mapping[str, Any]],
+    *,
+    before: float,
+    after: float,
+    xlabel: str = "policy GRPO step",
+    window: int = 0,
+    ylim: tuple[float, float] = (0, 1),
+    legend_loc: str = "upper left",
+) -> Path:
+    """Mean judge reward per policy-GRPO step (and its moving average over `window` steps, when > 1), with
+    the held-out reward before and after training as horizontal lines."""
+    points = [(r["step"], r["reward"]) for r in logs if "reward" in r]
+    with saved_figure(path, figsize=(7, 4)) as (_, ax):
+        if points:
+            steps, rewards = zip(*points)
+            ax.plot(steps, rewards, marker=None if window > 1 else ".", alpha=0.35 if window > 1 else 1.0,
+                    label="mean judge reward per step (training batch)")  # fmt: skip
+            if window > 1:
+                smooth = [
+                    sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
+                    for i in range(len(rewards))
+                ]
+                ax.plot(steps, smooth, label=f"moving average ({window} steps)")
+        ax.axhline(before, ls=":", c="grey", label=f"held-out before: {before:.3f}")
+        ax.axhline(after, ls="--", c="black", label=f"held-out after: {after:.3f}")
+        ax.set_xlabel(xlabel), ax.set_ylabel("judge reward (pairwise vs reference)"), ax.set_ylim(*ylim)
+        ax.legend(loc=legend_loc, fontsize=8)
+    return Path(path)
