@@ -88,10 +88,9 @@ def _with_progress(build: Callable[..., Any], console: Any, label: str) -> Calla
             self.task: Any = None
 
         def on_train_begin(self, args, state, control, **kwargs):
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from judge.progress import new_progress
 
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-            self.progress = Progress(*columns, console=console, disable=console is None)
+            self.progress = new_progress(console=console, enabled=console is not None)
             self.progress.start()
             self.task = self.progress.add_task(label, total=state.max_steps)
 
@@ -120,14 +119,12 @@ def _with_progress(build: Callable[..., Any], console: Any, label: str) -> Calla
 
 
 def world(ctx: StageContext) -> dict[str, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
+    from judge.progress import new_progress
     from training.tiny_recipe import world_size_for, write_kind_world
 
     config = ctx.config
     total = world_size_for(config.world_n, config.kinds)
-    columns = (TextColumn("world"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=ctx.console is None) as progress:
+    with new_progress("world", enabled=ctx.console is not None) as progress:
         task = progress.add_task("world", total=total)
         rows = write_kind_world(
             ctx.folder / "source",
