@@ -124,7 +124,8 @@ def run_resumable(
     spent = 0
     start = time.perf_counter()
     with ResumableJsonlWriter(path) as writer:
-        todo = [item for item, i in zip(items, ids) if i not in writer.done_ids]
+        finished = writer.done_ids  # a fresh set per access: take it once
+        todo = [item for item, i in zip(items, ids) if i not in finished]
         with progress_bar(label, total=len(items), completed=len(items) - len(todo), enabled=show_progress) as bar:
             if concurrency > 1 and engine.name == "local":
                 batches = [[item] for item in todo]
