@@ -40,14 +40,14 @@ from benchmarks.equal_work import force_in_folder  # noqa: E402
 from data_synthesis.pipeline import run_negatives  # noqa: E402
 from data_synthesis.world import write_world  # noqa: E402
 from judge.backends.spec import ModelSpec  # noqa: E402
-from judge.engine import Engine, LocalEngine, RayConfig, RayEngine  # noqa: E402
+from judge.executor import Executor, LocalExecutor, RayConfig, RayExecutor  # noqa: E402
 from judge.tiny import build_tiny_model  # noqa: E402
 
 
 class Clocked:
     """An engine that notes when each batch comes back, to tell start-up from the steady rate."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Executor) -> None:
         self.engine, self.name, self.arrivals = engine, engine.name, []
 
     def map_batches(self, batches, fn):
@@ -56,7 +56,7 @@ class Clocked:
             yield index, outputs
 
 
-def timed(world: Path, out: Path, engine: Engine, **options) -> tuple[float, float]:
+def timed(world: Path, out: Path, engine: Executor, **options) -> tuple[float, float]:
     """(wall seconds of the whole stage, items/s from the first batch back to the last)."""
     clocked = Clocked(engine)
     start = time.perf_counter()
@@ -106,9 +106,9 @@ def main() -> None:
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
         results["ray_init_s"] = round(time.perf_counter() - start, 2)
         engines = {
-            "local": LocalEngine(),
-            "ray1": RayEngine(RayConfig(workers=1)),
-            "ray2": RayEngine(RayConfig(workers=2)),
+            "local": LocalExecutor(),
+            "ray1": RayExecutor(RayConfig(workers=1)),
+            "ray2": RayExecutor(RayConfig(workers=2)),
         }
         torch.set_num_threads(args.cpus)
         for name, engine in engines.items():

@@ -40,11 +40,10 @@ from data_synthesis.stages import (
     read_stage,
     run_stage,
     valid_fraction,
-    write_json_atomic,
 )
 from judge.backends.spec import ModelSpec
-from judge.engine import BatchFn, Engine
-from judge.jsonl import read_jsonl, write_jsonl_atomic
+from judge.executor import BatchFn, Executor
+from judge.jsonl import read_jsonl, write_json_atomic, write_jsonl_atomic
 from judge.prompt import PromptConfig
 
 __all__ = [
@@ -123,7 +122,7 @@ def run_negatives(
     concurrency: int = 1,
     max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Negatives for every record; `sampling` is the generator's decoding (its seed defaults to `seed`)."""
     from data_synthesis.negatives import ModelNegatives, SceneNegatives, negatives_tokens, summarize_negatives
@@ -173,7 +172,7 @@ def run_describe(
     concurrency: int = 1,
     max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     from data_synthesis.describe import ModelDescriber, SceneDescriber, described_tokens
 
@@ -210,7 +209,7 @@ def run_assemble(
     out_dir: str | Path,
     config: AssembleConfig | None = None,
     *,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
     batch_size: int = 256,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Writes items.jsonl and rl/{train,val}.jsonl; not sharded: letter balancing needs every item.
@@ -260,7 +259,7 @@ def run_distill(
     concurrency: int = 1,
     max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl."""
     from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
@@ -474,7 +473,7 @@ class SynthConfig:
             raise ValueError(f"max_failed_fraction must be in [0, 1], got {self.max_failed_fraction}")
         if self.engine not in ("local", "ray"):
             raise ValueError(f"engine must be 'local' or 'ray', got {self.engine!r}")
-        from judge.engine import RayConfig
+        from judge.executor import RayConfig
 
         try:
             RayConfig(**self.ray)
@@ -499,11 +498,11 @@ class SynthConfig:
             )
 
 
-def engine_of(config: SynthConfig) -> Engine:
+def engine_of(config: SynthConfig) -> Executor:
     """The engine a config names (a Ray engine is built here, Ray itself starts on first use)."""
-    from judge.engine import RayConfig, make_engine
+    from judge.executor import RayConfig, make_executor
 
-    return make_engine(config.engine, RayConfig(**config.ray) if config.engine == "ray" else None)
+    return make_executor(config.engine, RayConfig(**config.ray) if config.engine == "ray" else None)
 
 
 def _spec(fields: dict[str, Any] | None) -> ModelSpec | None:

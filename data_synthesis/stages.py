@@ -1,7 +1,8 @@
 """Run a per-row synthesis stage as a sharded, resumable job with a progress bar and a JSON summary.
 
 Every model-free or model-backed stage (negatives, describe, distill) is a function from a batch of input
-rows to a batch of output rows. `run_stage` does the rest, the same way for all of them:
+rows to a batch of output rows. `run_stage` does the rest, the same way for all of them, through the
+toolkit's one job loop (`judge.resumable.run_resumable`):
 
 - `--shard i/N` takes the rows whose id hashes to shard i, so N machines split a source with no
   coordination, and a shard's output does not depend on how the others ran;
@@ -13,28 +14,25 @@ rows to a batch of output rows. `run_stage` does the rest, the same way for all 
 - `concurrency` > 1 sends each row as its own call, that many in flight (an HTTP endpoint stays busy
   instead of waiting for the slowest reply of each batch);
 - a summary (counts plus whatever the stage adds) is written atomically as JSON next to the output;
-- the batches run on an engine (`judge.engine`): this process, or a Ray Data pipeline across a cluster.
-  The driver cuts the batches and writes what comes back, so the output is the same on either engine.
+- the batches run on an executor (`judge.executor`, picked by `--engine`): this process, or a Ray Data
+  pipeline across a cluster. The driver cuts the batches and writes what comes back, so the output is the
+  same on either.
 
 File names: `OUT/<stage>.jsonl`, or `OUT/<stage>-<i>-of-<N>.jsonl` for shards; `read_stage` reads either.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from judge.engine import BatchFn, Engine, LocalEngine
-from judge.jsonl import ResumableJsonlWriter, read_jsonl, write_jsonl_atomic
+from judge.executor import BatchFn, Executor, LocalExecutor
+from judge.jsonl import read_jsonl, write_json_atomic
+from judge.resumable import FAILED, run_resumable
 
 __all__ = [
     "WHOLE",
@@ -44,7 +42,6 @@ __all__ = [
     "read_stage",
     "run_stage",
     "stage_path",
-    "write_json_atomic",
 ]
 
 Row = dict[str, Any]
@@ -95,20 +92,6 @@ def read_stage(folder: str | Path, stage: str) -> list[Row]:
         raise FileNotFoundError(f"no {stage}.jsonl (or shards of it) in {folder}: run `mrjudge synth {stage}` first")
     rows = [row for path in shards for _, row in read_jsonl(path)]
     return sorted(rows, key=lambda row: str(row["id"]))
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(tmp, path)
-
-
-FAILED = "__failed__"
-"""Key of the marker a guarded batch function returns for a row whose request failed."""
 
 
 class TooManyFailures(RuntimeError):
@@ -178,21 +161,6 @@ def _guard(work: BatchFn) -> BatchFn:
     return replace(work, build=_Guarded(work.build))
 
 
-def _rows_one_at_a_time(
-    run: Callable[[list[Row]], list[Row]], rows: list[Row], concurrency: int
-) -> Iterator[tuple[int, list[Row]]]:
-    """Each row its own call, `concurrency` calls in flight (threads: the calls wait on HTTP)."""
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="synth")
-    futures = {pool.submit(run, [row]): index for index, row in enumerate(rows)}
-    try:
-        for future in as_completed(futures):
-            yield futures[future], future.result()
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # a real error: do not wait for the requests in flight
-        raise
-    pool.shutdown(wait=True)
-
-
 def run_stage(
     stage: str,
     rows: Sequence[Row],
@@ -203,7 +171,7 @@ def run_stage(
     batch_size: int = 16,
     summarize: Callable[[list[Row]], dict[str, Any]] | None = None,
     show_progress: bool = True,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
     concurrency: int = 1,
     tokens: Callable[[Row], int] | None = None,
 ) -> tuple[list[Row], dict[str, Any]]:
@@ -227,74 +195,37 @@ def run_stage(
             once: the way to keep an HTTP endpoint busy without waiting for the slowest row of a batch.
         tokens: completion tokens an output row cost, for the progress bar's tokens/s.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    if concurrency < 1:
-        raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
-    engine = engine or LocalEngine()
-    work = _guard(BatchFn.of(process, stage))
+    engine = engine or LocalExecutor()
     mine = [row for row in rows if shard.owns(row["id"])]
-    out_path = stage_path(out_dir, stage, shard)
-    failed_path = out_path.with_name(f"{stage}{shard.suffix()}.failed.jsonl")
-    failures: list[Row] = []
-    spent = 0
-    start = time.perf_counter()
-    with ResumableJsonlWriter(out_path) as writer:
-        todo = [row for row in mine if row["id"] not in writer.done_ids]
-        columns = (
-            TextColumn(f"{stage}{shard.suffix()}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeRemainingColumn(),
-        )
-        with Progress(*columns, disable=not show_progress) as progress:
-            task = progress.add_task(stage, total=len(mine), completed=len(mine) - len(todo), rate="")
-            one_by_one = concurrency > 1 and engine.name == "local"
-            if one_by_one:
-                batches = [[row] for row in todo]
-                results = _rows_one_at_a_time(work.build(), todo, concurrency)
-            else:
-                batches = [todo[offset : offset + batch_size] for offset in range(0, len(todo), batch_size)]
-                results = engine.map_batches(batches, work)
-            for index, done in results:
-                ok = [row for row in done if FAILED not in row]
-                failures += [row for row in done if FAILED in row]
-                writer.write(ok)
-                spent += sum(tokens(row) for row in ok) if tokens else 0
-                elapsed = max(time.perf_counter() - start, 1e-9)
-                rate = f"{spent / elapsed:,.0f} tok/s" if spent else ""
-                if failures:
-                    rate += f" · {len(failures)} failed"
-                progress.update(task, advance=len(batches[index]), rate=rate)
-        writer.finish(order=[row["id"] for row in mine])
-    position = {row["id"]: i for i, row in enumerate(mine)}
-    failures.sort(key=lambda row: position[row["id"]])
-    if failures:
-        write_jsonl_atomic(
-            failed_path, [{"id": f["id"], "reason": f[FAILED], "error": f.get("error", "")} for f in failures]
-        )
-    else:
-        failed_path.unlink(missing_ok=True)
-    out_rows = [row for _, row in read_jsonl(out_path)]
-    wall_s = time.perf_counter() - start
+    run = run_resumable(
+        stage_path(out_dir, stage, shard),
+        mine,
+        _guard(BatchFn.of(process, stage)),
+        batch_size=batch_size,
+        engine=engine,
+        concurrency=concurrency,
+        tokens=tokens,
+        label=f"{stage}{shard.suffix()}",
+        show_progress=show_progress,
+    )
+    failures = run.failures
     summary: dict[str, Any] = {
         "stage": stage,
         "shard": f"{shard.index}/{shard.count}",
         "n_in": len(mine),
-        "n_out": len(out_rows),
-        "n_processed_now": len(todo),
+        "n_out": len(run.rows),
+        "n_processed_now": run.n_todo,
         "failed": len(failures),
-        "failed_by_reason": dict(sorted(Counter(f[FAILED] for f in failures).items())),
-        "failed_file": str(failed_path) if failures else None,
+        "failed_by_reason": dict(sorted(Counter(f["reason"] for f in failures).items())),
+        "failed_file": str(run.failed_path) if failures else None,
         "engine": engine.name,
         "concurrency": concurrency if concurrency > 1 and engine.name == "local" else None,
-        "wall_s": round(wall_s, 3),
+        "wall_s": round(run.wall_s, 3),
     }
     if tokens:
-        summary["completion_tokens_now"] = spent
-        summary["tokens_per_s"] = round(spent / wall_s, 1) if wall_s > 0 else None
+        summary["completion_tokens_now"] = run.tokens
+        summary["tokens_per_s"] = round(run.tokens / run.wall_s, 1) if run.wall_s > 0 else None
     if summarize:
-        summary.update(summarize(out_rows))
+        summary.update(summarize(run.rows))
     write_json_atomic(Path(out_dir) / f"{stage}{shard.suffix()}.summary.json", summary)
-    return out_rows, summary
+    return run.rows, summary

@@ -10,15 +10,16 @@ A run directory looks the same for every benchmark:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from eval.plots import bar_chart  # re-exported: the eval reports' charts
-from judge.engine import BatchFn, Engine, LocalEngine
-from judge.jsonl import InputError, ResumableJsonlWriter, read_jsonl, write_json_atomic, write_text_atomic
+from judge.executor import BatchFn
+from judge.jsonl import InputError, read_jsonl, write_json_atomic, write_text_atomic
 from judge.judging import item_rng
+from judge.progress import progress_bar
+from judge.resumable import run_resumable
 
 __all__ = [
     "bar_chart",
@@ -51,52 +52,26 @@ def read_decisions(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-@contextmanager
-def progress_bar(
-    description: str, *, enabled: bool = True
-) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
-    """A rich progress bar as `(set_total, advance)` callables; a no-op pair when disabled."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=not enabled, transient=False) as progress:
-        task = progress.add_task(description, total=None)
-        yield (lambda n: progress.update(task, total=n)), (lambda n: progress.advance(task, n))
-
-
 def resumable_predictions(
     path: str | Path,
     items: Sequence[Any],
     predict: BatchFn | Callable[[Sequence[Any]], Iterable[dict[str, Any]]],
     *,
-    batch_size: int,
     description: str = "judging",
-    show_progress: bool = True,
     item_id: Callable[[Any], Any] = lambda item: item.id,
-    engine: Engine | None = None,
-    finish: Callable[[Sequence[Any], list[Any]], Iterable[dict[str, Any]]] | None = None,
+    **options: Any,
 ) -> list[dict[str, Any]]:
-    """Predict the items whose ids are not yet in `path`, a batch at a time, and return every row in order.
+    """Predict the items whose ids are not yet in `path`, a batch at a time, and return their rows in order.
 
-    `predict(batch)` returns one row (a dict with `id`) per item; a `BatchFn` when it should be built where
-    it runs (one model per Ray actor). `finish(batch, outputs)`, when given, turns a batch's outputs into
-    its rows in the driver (e.g. grading through a cache the driver owns). Rows are flushed per batch to
-    `path.partial`, so a killed run loses at most one batch and a re-run picks up where it stopped.
+    This is the toolkit's one job loop, `judge.resumable.run_resumable`, with the bar labelled
+    `description`; `options` are its (`batch_size`, `engine`, `show_progress`, `finish`). `predict(batch)`
+    returns one row (a dict with `id`) per item; a `BatchFn` when it should be built where it runs (one
+    model per Ray actor). `finish(batch, outputs)` turns a batch's outputs into its rows in the driver
+    (e.g. grading through a cache the driver owns). Rows are flushed per batch to `path.partial`, so a
+    killed run loses at most one batch and a re-run picks up where it stopped.
     """
-    engine = engine or LocalEngine()
-    work = BatchFn.of(predict, description)
-    order = [item_id(item) for item in items]
-    with ResumableJsonlWriter(path) as writer:
-        todo = [item for item in items if item_id(item) not in writer.done_ids]
-        with progress_bar(description, enabled=show_progress) as (set_total, advance):
-            set_total(len(todo))
-            batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
-            for index, outputs in engine.map_batches(batches, work):
-                writer.write(finish(batches[index], outputs) if finish else outputs)
-                advance(len(batches[index]))
-        final = writer.finish(order=order)
-    wanted = set(order)
-    return [row for row in read_predictions(final) if row["id"] in wanted]
+    run = run_resumable(path, items, predict, item_id=item_id, label=description, **options)
+    return run.rows_for(item_id(item) for item in items)
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

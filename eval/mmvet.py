@@ -65,11 +65,11 @@ from eval.common import (
 from eval.provenance import data_provenance, row_sha256, with_image_file
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.backends.spec import ModelSpec
-from judge.engine import BatchFn, Engine, LocalEngine
+from judge.executor import BatchFn, Executor, LocalExecutor
 from judge.images import load_image
 from judge.jobs import JudgeSpec, select_work
 from judge.jsonl import InputError, ResumableJsonlWriter, read_complete_rows
-from judge.judging import Judge
+from judge.judging import Judge, batch_seed
 from judge.prompt import MAX_CANDIDATES
 from judge.types import DataError, MCItem, Verdict
 
@@ -366,9 +366,7 @@ def _sample_candidates(
 ) -> list[dict[str, Any]]:
     """`n` answers per question of one batch, seeded by the batch's first question id."""
     requests = [ChatRequest.user(q.question, [load_image(str(q.image))]) for q in batch for _ in range(n)]
-    params = SamplingParams(
-        max_new_tokens, temperature, top_p, seed=item_rng(seed, batch[0].id, "candidates").randrange(2**31)
-    )
+    params = SamplingParams(max_new_tokens, temperature, top_p, seed=batch_seed(seed, batch, "candidates"))
     texts = [g.text for g in backend.generate(requests, params)]
     if len(texts) != len(requests):
         raise RuntimeError(f"backend {backend.name} returned {len(texts)} results for {len(requests)} requests")
@@ -391,7 +389,7 @@ def generate_candidates(
     batch_size: int = 8,
     cache_path: str | Path | None = None,
     show_progress: bool = True,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
 ) -> dict[str, list[str]]:
     """Sample `n` answers per question from a policy: the question as one user turn with its image.
 
@@ -439,7 +437,7 @@ def generate_candidates(
         done: dict[int, list[dict[str, Any]]] = {}
         with progress_bar("sampling", enabled=show_progress) as (set_total, advance):
             set_total(len(questions))
-            for index, outputs in (engine or LocalEngine()).map_batches(batches, predict):
+            for index, outputs in (engine or LocalExecutor()).map_batches(batches, predict):
                 done[index] = outputs
                 advance(len(batches[index]))
         rows = [row for index in range(len(batches)) for row in done[index]]
@@ -814,7 +812,7 @@ def run_mmvet(
     seed: int = 0,
     batch_size: int = 32,
     show_progress: bool = True,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
     num_runs: int = 1,
     data_source: str | None = None,
 ) -> dict[str, Any]:
@@ -827,7 +825,7 @@ def run_mmvet(
 
     Args:
         judge: the judge (`judge.select` decides among the N candidates); a `JudgeSpec` to build it where
-            the batches run (needed for `engine=RayEngine(…)`).
+            the batches run (needed for `engine=RayExecutor(…)`).
         questions: from `load_mmvet`.
         candidates: `{id: [N answers]}` from `load_candidates` or `generate_candidates`.
         grader_backend: the grader, in practice `OpenAIBackend(url, model_name="gpt-4-0613")`.

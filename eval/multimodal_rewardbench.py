@@ -37,7 +37,7 @@ from eval.provenance import provenance_of, row_sha256, with_image_file
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 from judge.jsonl import InputError, parse_records, read_jsonl
-from judge.judging import item_rng
+from judge.judging import batch_seed, item_rng
 from judge.types import DataError
 
 __all__ = [
@@ -200,7 +200,7 @@ def official_predict(backend: Backend, items: Sequence[PairItem], config: MMRBCo
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,
         top_p=config.top_p,
-        seed=item_rng(config.seed, items[0].id, "sampling").randrange(2**31) if items else None,
+        seed=batch_seed(config.seed, items),
     )
     rows = []
     for item, generation in zip(items, backend.generate(requests, params)):

@@ -13,7 +13,7 @@ from typing import Any
 
 from eval.common import bar_chart, markdown_table, resumable_predictions, write_json_atomic, write_text_atomic
 from eval.pairwise import PairItem
-from judge.engine import BatchFn, Engine
+from judge.executor import BatchFn, Executor
 from judge.jsonl import write_jsonl_atomic
 
 __all__ = ["PairwiseBenchmark", "report_pairwise", "run_pairwise"]
@@ -228,7 +228,7 @@ def run_pairwise(
     judge_name: str,
     protocol: str,
     show_progress: bool = True,
-    engine: Engine | None = None,
+    engine: Executor | None = None,
     after: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Predict (resuming from `out/predictions.jsonl`), score, and write the report; returns the metrics.

@@ -43,7 +43,7 @@ from eval.vlrb_readings import CALPY_KS, READINGS, Unit, calpy_units, default_he
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 from judge.jsonl import InputError, read_jsonl
-from judge.judging import item_rng
+from judge.judging import batch_seed, item_rng
 from judge.types import DataError
 
 __all__ = [
@@ -375,7 +375,7 @@ def official_predict(backend: Backend, items: Sequence[PairItem], config: VLRBCo
         max_new_tokens=config.max_new_tokens,
         temperature=config.temperature,
         top_p=config.top_p,
-        seed=item_rng(config.seed, items[0].id, "sampling").randrange(2**31) if items else None,
+        seed=batch_seed(config.seed, items),
     )
     generations = backend.generate(requests, params)
     rows = []

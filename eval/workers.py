@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from judge.backends.spec import ModelSpec
-from judge.engine import BatchFn
+from judge.executor import BatchFn
 from judge.jobs import JudgeSpec, select_work
 
 __all__ = ["JudgeSpec", "mc_work", "official_work", "select_work"]

@@ -2,21 +2,21 @@
 
 This is what `mrjudge judge` runs; it lives in the library so that evaluation and synthesis jobs reuse
 the same resume and summary logic. A job takes a loaded `Judge`, or a `JudgeSpec` (the judge named, not
-loaded) to run on an engine that builds it where the batches run: one judge per Ray actor.
+loaded) to run on an executor that builds it where the batches run: one judge per Ray actor.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from judge.backends.spec import ModelSpec
-from judge.engine import BatchFn, Engine, LocalEngine
-from judge.jsonl import ResumableJsonlWriter, read_jsonl, read_records
+from judge.executor import BatchFn, Executor
+from judge.jsonl import read_records
 from judge.judging import Judge, JudgeConfig
+from judge.resumable import run_resumable
 from judge.types import DataError, MCItem, Verdict
 
 __all__ = ["JudgeRunSummary", "JudgeSpec", "judge_file", "load_items", "select_work", "summarize"]
@@ -43,7 +43,7 @@ def _selector(spec: JudgeSpec) -> Callable[[Sequence[MCItem]], list[Verdict]]:
     return spec.build().select
 
 
-def select_work(judge: Judge | JudgeSpec, engine: Engine | None = None) -> BatchFn:
+def select_work(judge: Judge | JudgeSpec, engine: Executor | None = None) -> BatchFn:
     """MC items → verdicts: a loaded judge runs here; a spec is built where the batches run.
 
     A loaded judge cannot go to another engine (its model would be pickled into every task): pass a
@@ -113,14 +113,17 @@ def summarize(
     )
 
 
+def _verdict_rows(items: Sequence[MCItem], verdicts: list[Verdict]) -> list[dict]:
+    return [v.to_dict() for v in verdicts]
+
+
 def judge_file(
     judge: Judge | JudgeSpec,
     items: Sequence[MCItem],
     output: str | Path,
     *,
-    on_start: Callable[[int], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
-    engine: Engine | None = None,
+    show_progress: bool = False,
+    engine: Executor | None = None,
 ) -> tuple[list[Verdict], JudgeRunSummary]:
     """Judge the items whose ids are not yet in `output`, appending as batches finish.
 
@@ -128,26 +131,21 @@ def judge_file(
         judge: the configured judge, or a `JudgeSpec` to build it where the batches run.
         items: validated items (see `load_items`).
         output: verdict JSONL; finished ids in it (or in its `.partial` file) are skipped.
-        on_start: called once with the number of items left to judge.
-        on_progress: called with the number of items finished after each batch.
-        engine: where the batches run (default: this process; a Ray engine needs a `JudgeSpec`).
+        show_progress: draw a progress bar (items done out of all).
+        engine: the executor the batches run on (default: this process; Ray needs a `JudgeSpec`).
 
     Returns:
         All verdicts for `items` (earlier runs' included), in the items' order, and a summary.
     """
-    with ResumableJsonlWriter(output) as writer:
-        todo = [item for item in items if item.id not in writer.done_ids]
-        if on_start:
-            on_start(len(todo))
-        start = time.perf_counter()
-        size = judge.config.batch_size
-        batches = [todo[offset : offset + size] for offset in range(0, len(todo), size)]
-        for index, verdicts in (engine or LocalEngine()).map_batches(batches, select_work(judge, engine)):
-            writer.write(v.to_dict() for v in verdicts)
-            if on_progress:
-                on_progress(len(batches[index]))
-        wall_s = time.perf_counter() - start
-        path = writer.finish(order=[item.id for item in items])
-    wanted = {item.id for item in items}
-    verdicts = [Verdict.from_dict(row) for _, row in read_jsonl(path) if row["id"] in wanted]
-    return verdicts, summarize(items, verdicts, n_judged_now=len(todo), wall_s=wall_s)
+    run = run_resumable(
+        output,
+        items,
+        select_work(judge, engine),
+        batch_size=judge.config.batch_size,
+        engine=engine,
+        finish=_verdict_rows,
+        label="judging",
+        show_progress=show_progress,
+    )
+    verdicts = [Verdict.from_dict(row) for row in run.rows_for(item.id for item in items)]
+    return verdicts, summarize(items, verdicts, n_judged_now=run.n_todo, wall_s=run.wall_s)

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams, check_pixel_range
 from judge.images import fit_pixels, load_image
@@ -32,7 +32,7 @@ from judge.parser import extract_reasoning, parse_choice
 from judge.prompt import PromptConfig, build_messages
 from judge.types import MCItem, Verdict
 
-__all__ = ["Judge", "JudgeConfig", "candidate_scores", "display_orders", "item_rng"]
+__all__ = ["Judge", "JudgeConfig", "batch_seed", "candidate_scores", "display_orders", "item_rng"]
 
 
 @dataclass
@@ -117,6 +117,14 @@ class JudgeConfig:
 def item_rng(seed: int, item_id: object, salt: str = "") -> random.Random:
     """A generator that depends only on (seed, item id): verdicts do not change with batching or order."""
     return random.Random(zlib.crc32(f"{seed}\x00{item_id}\x00{salt}".encode()))
+
+
+def batch_seed(seed: int, items: Sequence[Any], salt: str = "sampling") -> int | None:
+    """A batch's sampling seed, from its first item's `id`: the same batch gets it on any executor.
+
+    None for an empty batch (nothing is sampled). Items need only an `id` (benchmark items, questions).
+    """
+    return item_rng(seed, items[0].id, salt).randrange(2**31) if items else None
 
 
 def display_orders(k: int, n_orders: int, *, rng: random.Random, permutation: str = "cyclic") -> list[list[int]]:
@@ -281,7 +289,7 @@ class Judge:
             max_new_tokens=self.config.max_new_tokens,
             temperature=self.config.temperature,
             top_p=self.config.top_p,
-            seed=item_rng(self.config.seed, items[0].id, "sampling").randrange(2**31) if items else None,
+            seed=batch_seed(self.config.seed, items),
         )
         generations = self.backend.generate(requests, params)
         if len(generations) != len(requests):

@@ -89,10 +89,9 @@ def _with_progress(build: Callable[..., Any], console: Any, label: str) -> Calla
             self.task: Any = None
 
         def on_train_begin(self, args, state, control, **kwargs):
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from judge.progress import new_progress
 
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-            self.progress = Progress(*columns, console=console, disable=console is None)
+            self.progress = new_progress(console=console, enabled=console is not None)
             self.progress.start()
             self.task = self.progress.add_task(label, total=state.max_steps)
 
@@ -121,14 +120,12 @@ def _with_progress(build: Callable[..., Any], console: Any, label: str) -> Calla
 
 
 def world(ctx: StageContext) -> dict[str, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
+    from judge.progress import new_progress
     from training.tiny_recipe import world_size_for
 
     config = ctx.config
     total = world_size_for(config.world_n, config.kinds)
-    columns = (TextColumn("world"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=ctx.console is None) as progress:
+    with new_progress("world", enabled=ctx.console is not None) as progress:
         task = progress.add_task("world", total=total)
         rows = config.recipe().write_world(
             ctx.folder / "source", ctx.folder, progress=lambda done: progress.update(task, completed=done)
@@ -254,12 +251,11 @@ def untrained(ctx: StageContext) -> dict[str, Any]:
 
 def warmup(ctx: StageContext) -> dict[str, Any]:
     """The perception warm-up of the judge's vision tower on training-split pictures (then frozen)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from judge.progress import new_progress
 
     config = ctx.config
     untrained_model = ctx.out / ctx.figures("untrained")["model"]
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=ctx.console is None or not config.vision_warmup_steps) as progress:
+    with new_progress(enabled=ctx.console is not None and bool(config.vision_warmup_steps)) as progress:
         task = progress.add_task("perception warm-up", total=config.vision_warmup_steps)
 
         def show(step: int, figures: dict[str, float]) -> None:

@@ -63,7 +63,7 @@ def pixel_options(args: argparse.Namespace) -> dict[str, int]:
 
 def engine_from(args: argparse.Namespace) -> Any:
     """The engine the flags name; Ray flags without `--engine ray` are refused (ValueError), not ignored."""
-    from judge.engine import RayConfig, make_engine
+    from judge.executor import RayConfig, make_executor
 
     ray_flags = {
         "--ray-address": args.ray_address,
@@ -74,11 +74,11 @@ def engine_from(args: argparse.Namespace) -> Any:
         given = [flag for flag, value in ray_flags.items() if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)} need --engine ray")
-        return make_engine("local")
+        return make_executor("local")
     config = RayConfig(
         address=args.ray_address,
         workers=args.ray_workers,
         num_gpus_per_worker=args.ray_gpus_per_worker,
         num_cpus_per_worker=args.ray_cpus_per_worker,
     )
-    return make_engine("ray", config)
+    return make_executor("ray", config)

@@ -99,8 +99,6 @@ def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "") -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from judge.backends.spec import ModelSpec
     from judge.jobs import JudgeSpec, judge_file, load_items
     from judge.jsonl import InputError
@@ -138,16 +136,6 @@ def run(args: argparse.Namespace) -> int:
             return 2
     judge = JudgeSpec(spec, config, image_root=args.input.parent)
 
-    columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=False) as progress:
-        task = progress.add_task("judging", total=None)
-        verdicts, summary = judge_file(
-            judge,
-            items,
-            args.output,
-            on_start=lambda n: progress.update(task, total=n),
-            on_progress=lambda n: progress.advance(task, n),
-            engine=engine,
-        )
+    verdicts, summary = judge_file(judge, items, args.output, show_progress=True, engine=engine)
     print_summary(summary, args.output, token_totals(verdicts))
     return 0

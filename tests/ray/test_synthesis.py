@@ -55,9 +55,9 @@ def test_model_negatives_in_a_ray_actor_pool_equal_local_and_resume(ray_local, p
     spec = ModelSpec(str(parrot_dir), "hf", {"device": "cpu"})
     local_rows, local = run_negatives(world, tmp_path / "local", model=spec, show_progress=False, **options)
 
-    from judge.engine import RayConfig, RayEngine
+    from judge.executor import RayConfig, RayExecutor
 
-    engine = RayEngine(RayConfig(workers=2))
+    engine = RayExecutor(RayConfig(workers=2))
     # A run that stopped after its first two batches: their rows are in the .partial file.
     out = tmp_path / "ray"
     out.mkdir()

@@ -1,4 +1,4 @@
-"""The Ray engine itself: every batch comes back once, from the workers, and failures reach the driver."""
+"""The Ray executor itself: every batch comes back once, from the workers, and failures reach the driver."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from functools import partial
 
 import pytest
 
-from judge.engine import BatchFn, LocalEngine, RayConfig, RayEngine, make_engine
+from judge.executor import BatchFn, LocalExecutor, RayConfig, RayExecutor, make_executor
 
 
 def _double(batch):
@@ -38,7 +38,7 @@ def _batches(n: int, size: int = 3):
 
 def test_cpu_tasks_and_model_actors_return_every_batch_once(ray_engine):
     batches = _batches(20)
-    local = dict(LocalEngine().map_batches(batches, BatchFn.of(_double)))
+    local = dict(LocalExecutor().map_batches(batches, BatchFn.of(_double)))
     remote = dict(ray_engine.map_batches(batches, BatchFn.of(_double)))
     strip = {i: [{k: v for k, v in row.items() if k != "pid"} for row in rows] for i, rows in local.items()}
     assert {i: [{k: v for k, v in r.items() if k != "pid"} for r in rows] for i, rows in remote.items()} == strip
@@ -61,12 +61,12 @@ def test_a_failing_batch_reaches_the_driver_with_its_message(ray_engine):
 
 
 def test_engine_choices_and_config_errors():
-    assert make_engine("local").name == "local" and make_engine("ray").name == "ray"
+    assert make_executor("local").name == "local" and make_executor("ray").name == "ray"
     with pytest.raises(ValueError, match="--engine must be 'local' or 'ray'"):
-        make_engine("spark")
+        make_executor("spark")
     with pytest.raises(ValueError, match="--ray-workers"):
         RayConfig(workers=0)
-    assert list(RayEngine().map_batches([], BatchFn.of(_double))) == []  # nothing to do: Ray is not started
+    assert list(RayExecutor().map_batches([], BatchFn.of(_double))) == []  # nothing to do: Ray is not started
 
 
 class _Cluster:
@@ -86,13 +86,13 @@ def test_pool_width_follows_the_cluster_and_the_model():
     engine_model = BatchFn.on_models(_Loaded, ModelSpec("runs/judge", "vllm"))
     http_client = BatchFn.on_models(_Loaded, ModelSpec("http://127.0.0.1:8000/v1"))
     cpu_work = BatchFn.of(_double)
-    engine = RayEngine()
+    engine = RayExecutor()
     assert engine._width(gpus, engine_model) == (8, 1.0)  # one engine per GPU
     assert engine._width(gpus, http_client) == (64, 0.0)  # clients of a server take no GPU
     assert engine._width(gpus, cpu_work) == (64, 0.0)
     assert engine._width(cpus, engine_model) == (2, 0.0)  # the transformers backend on CPU
-    assert RayEngine(RayConfig(num_gpus_per_worker=2))._width(gpus, engine_model) == (4, 2)
-    assert RayEngine(RayConfig(workers=3, num_gpus_per_worker=0.5))._width(gpus, engine_model) == (3, 0.5)
+    assert RayExecutor(RayConfig(num_gpus_per_worker=2))._width(gpus, engine_model) == (4, 2)
+    assert RayExecutor(RayConfig(workers=3, num_gpus_per_worker=0.5))._width(gpus, engine_model) == (3, 0.5)
 
 
 def test_loaded_models_stay_on_the_local_engine(tmp_path):
@@ -100,10 +100,10 @@ def test_loaded_models_stay_on_the_local_engine(tmp_path):
     from judge.jobs import judge_file, select_work
     from judge.judging import Judge
 
-    ray = RayEngine()
+    ray = RayExecutor()
     judge = Judge(backend=object())
     with pytest.raises(ValueError, match="give the ray engine a JudgeSpec"):
         judge_file(judge, [], tmp_path / "v.jsonl", engine=ray)
-    assert select_work(judge, LocalEngine()).uses_model is False
+    assert select_work(judge, LocalExecutor()).uses_model is False
     with pytest.raises(ValueError, match="give the ray engine a ModelSpec"):
         generate_candidates(object(), [], 2, cache_path=tmp_path / "c.jsonl", engine=ray)

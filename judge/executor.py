@@ -1,18 +1,20 @@
 """Where batch work runs: in this process, or across a Ray cluster with Ray Data.
 
-Every per-row job in the toolkit (the synthesis stages, judging a benchmark, sampling candidates) is the
-same loop: the driver cuts the rows still to do into batches, a function maps each batch to output rows,
-and the driver appends them to a resumable JSONL file. An *engine* runs the middle step:
+This is a batch *executor*, not an inference engine (those are the backends in `judge.backends`). Every
+per-row job in the toolkit (the synthesis stages, judging a benchmark, sampling candidates) is the same
+loop, written once as `judge.resumable.run_resumable`: the driver cuts the rows still to do into batches,
+a function maps each batch to output rows, and the driver appends them to a resumable JSONL file. An
+executor runs the middle step; the `--engine local|ray` flag (and the `engine=` arguments) pick one:
 
-- `LocalEngine` calls the function in this process, batch after batch;
-- `RayEngine` hands the same batches to a Ray Data pipeline: an actor pool for model work (each actor
+- `LocalExecutor` calls the function in this process, batch after batch;
+- `RayExecutor` hands the same batches to a Ray Data pipeline: an actor pool for model work (each actor
   loads the model once: one vLLM engine per GPU, or the transformers backend on CPU) and plain tasks for
   CPU work. Batches come back as they finish and are written by the driver, so resume and atomic output
-  are the local engine's own.
+  are the same as on the local executor.
 
-The driver forms the batches in both engines, so a batch holds the same rows whichever engine runs it;
-with per-item seeds (and a backend that is deterministic for a given batch) the Ray run's records equal
-the local run's. We do not schedule anything ourselves: Ray places the actors and tasks.
+The driver forms the batches on both executors, so a batch holds the same rows whichever runs it; with
+per-item seeds (and a backend that is deterministic for a given batch) the Ray run's records equal the
+local run's. We do not schedule anything ourselves: Ray places the actors and tasks.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["BatchFn", "Engine", "LocalEngine", "RayConfig", "RayEngine", "make_engine"]
+__all__ = ["BatchFn", "Executor", "LocalExecutor", "RayConfig", "RayExecutor", "make_executor"]
 
 Batch = list[Any]
 
@@ -66,7 +68,7 @@ class BatchFn:
         return cls(build, uses_model=True, name=name, local_model=any(b != "openai" for b in backends))
 
 
-class Engine(Protocol):
+class Executor(Protocol):
     """Maps batches through a `BatchFn`, yielding `(batch index, outputs)` as each batch finishes."""
 
     name: str
@@ -74,7 +76,7 @@ class Engine(Protocol):
     def map_batches(self, batches: Sequence[Batch], fn: BatchFn) -> Iterator[tuple[int, Batch]]: ...
 
 
-class LocalEngine:
+class LocalExecutor:
     """This process, one batch at a time, in order."""
 
     name = "local"
@@ -129,11 +131,11 @@ def _cpu_task(rows: dict[str, Any], fn: BatchFn) -> dict[str, Any]:
     return _map_payloads(fn.build(), rows)
 
 
-class RayEngine:
+class RayExecutor:
     """Ray Data: batches become one-row blocks, mapped by an actor pool (model work) or tasks (CPU work).
 
     Each Ray row carries one whole driver-made batch (pickled), so Ray never re-cuts batches and the rows
-    a model sees together are the local engine's. Results stream back in completion order.
+    a model sees together are the local executor's. Results stream back in completion order.
     """
 
     name = "ray"
@@ -199,10 +201,10 @@ class RayEngine:
             yield int(row["index"]), pickle.loads(row["payload"])
 
 
-def make_engine(name: str = "local", config: RayConfig | None = None) -> Engine:
+def make_executor(name: str = "local", config: RayConfig | None = None) -> Executor:
     """`local` or `ray` (with `config`); anything else is refused with the choices."""
     if name == "local":
-        return LocalEngine()
+        return LocalExecutor()
     if name == "ray":
-        return RayEngine(config)
+        return RayExecutor(config)
     raise ValueError(f"--engine must be 'local' or 'ray', got {name!r}")
