@@ -182,3 +182,22 @@ def test_config_errors_name_the_field(tmp_path):
 def test_reference_f1():
     completions = [[{"role": "assistant", "content": "A red circle."}], "blue", "anything"]
     assert reference_f1(completions, answer=["There is a red circle.", "red", None]) == [0.75, 0.0, None]
+
+
+def test_a_judge_rewarded_policy_beside_a_local_one(tiny_lm_dir, tmp_path, prompts):
+    """`reward: judge` scores through a reward server over loopback HTTP (the stand-in rule judge)."""
+    from tests.judge.test_reward_fn import _fresh_state, make_reward_app
+    from tests.support.openai_server import serve
+
+    state = _fresh_state()
+    with serve(make_reward_app(state)) as url:
+        policies = [
+            {"name": "judged", "train_file": prompts["colours"], "seed": 1, "reward": "judge",
+             "judge_server_url": url, "reward_kwargs": {"backoff_s": 0.01}},
+            {"name": "local", "train_file": prompts["numbers"], "seed": 2},
+        ]  # fmt: skip
+        status = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=policies, max_steps=1)).train()
+    assert state["calls"] >= 2  # one listwise request per prompt group
+    judged = status["policies"]["judged"]
+    assert judged["status"] == "done", judged["error"]
+    assert 0.0 <= judged["last"]["reward"] <= 1.0 and status["policies"]["local"]["status"] == "done"
