@@ -14,7 +14,9 @@ allocated, weights included; `train_peak_mib`: above what was allocated before t
 `train()` only (model loading is the same in both); with `--repeats N` each variant runs N times and
 reports its fastest wall and its highest peak (a busy machine's noise only ever slows a run down).
 
-Figures: `wall_ratio_pP` = sequential wall / concurrent wall; `peak_ratio_pP` = concurrent peak / sequential
+Figures: `wall_ratio_pP` = sequential wall / concurrent wall; `cpu_ratio_pP` the same for the process's
+CPU time during `train()` (on a machine shared with other jobs the wall includes waiting for a core; the
+CPU time does not, so it is the steadier figure there); `peak_ratio_pP` = concurrent peak / sequential
 peak (whole-process, the memory a user pays); `train_peak_ratio_pP` the same for the training part alone;
 `curve_max_diff_pP`: the largest difference, over policies and steps, between a policy's loss (and reward)
 in the concurrent run and in its sequential run — the same seeds must give the same curves, up to float
@@ -84,15 +86,16 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         Path("/proc/self/clear_refs").write_text("5")
         before = _rss_mib("VmRSS")
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     status = trainer.train()
     if cuda:
         torch.cuda.synchronize()
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else _rss_mib("VmHWM")
     return {
         "ok": all(p["status"] == "done" for p in status["policies"].values()),
         "wall_s": wall,
+        "cpu_s": cpu,
         "peak_mib": peak,
         "train_peak_mib": peak - before,
         "curves": {run.name: {k: [h[k] for h in run.history] for k in ("loss", "reward")} for run in trainer.runs},
@@ -187,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                 }  # fmt: skip
                 runs = [spawn(spec, args.timeout) for _ in range(args.repeats)]
                 results[count][variant] = best = min(runs, key=lambda r: r.get("wall_s", float("inf")))
-                for key in ("peak_mib", "train_peak_mib"):
-                    if all(r.get("ok") for r in runs):
+                if all(r.get("ok") for r in runs):
+                    best["cpu_s"] = min(r["cpu_s"] for r in runs)
+                    for key in ("peak_mib", "train_peak_mib"):
                         best[key] = max(r[key] for r in runs)
 
     def ratio(count: int, key: str, inverse: bool = False) -> float | None:
@@ -202,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         c, s = results[count]["concurrent"], results[count]["sequential"]
         record[f"p{count}"] = {
             variant: {k: (round(r[k], 3) if isinstance(r.get(k), float) else r.get(k))
-                      for k in ("ok", "wall_s", "peak_mib", "train_peak_mib", "errors", "stderr") if k in r}
+                      for k in ("ok", "wall_s", "cpu_s", "peak_mib", "train_peak_mib", "errors", "stderr") if k in r}
             for variant, r in (("concurrent", c), ("sequential", s))
         }  # fmt: skip
         record[f"wall_ratio_p{count}"] = ratio(count, "wall_s", inverse=True)
+        record[f"cpu_ratio_p{count}"] = ratio(count, "cpu_s", inverse=True)
         record[f"peak_ratio_p{count}"] = ratio(count, "peak_mib")
         record[f"train_peak_ratio_p{count}"] = ratio(count, "train_peak_mib")
         record[f"curve_max_diff_p{count}"] = curve_diff(c, s)

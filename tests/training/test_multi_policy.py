@@ -201,3 +201,32 @@ def test_a_judge_rewarded_policy_beside_a_local_one(tiny_lm_dir, tmp_path, promp
     judged = status["policies"]["judged"]
     assert judged["status"] == "done", judged["error"]
     assert 0.0 <= judged["last"]["reward"] <= 1.0 and status["policies"]["local"]["status"] == "done"
+
+
+def test_init_from_continues_a_store_revision(tiny_lm_dir, tmp_path, prompts):
+    """A policy starts from its store revision's weights and shape; exports name it as parent; a bad ref
+    stops only its own policy."""
+    from judge.adapters.store import AdapterStore
+
+    first = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=[
+        {"name": "colours", "train_file": prompts["colours"], "seed": 1}]))  # fmt: skip
+    first.train()
+    trained = _lora(first)
+    store = AdapterStore(tmp_path / "adapters")
+    parent = store.resolve("colours").ref
+
+    policies = [
+        {"name": "colours", "train_file": prompts["colours"], "seed": 7, "init_from": "colours", "lora_r": 2},
+        {"name": "lost", "train_file": prompts["numbers"], "seed": 2, "init_from": "nobody@prod"},
+    ]
+    second = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=policies, max_steps=1))
+    start = {k: v for k, v in _lora(second).items() if ".colours." in k}
+    assert start.keys() == {k for k in trained if ".colours." in k}  # the revision's rank, not lora_r=2
+    assert all(torch.equal(start[k], trained[k]) for k in start)
+    status = second.train()
+    assert status["policies"]["colours"]["status"] == "done"
+    assert store.resolve(status["policies"]["colours"]["revision"]).parent == parent
+    lost = status["policies"]["lost"]
+    assert (
+        lost["status"] == "failed" and "init_from 'nobody@prod'" in lost["error"] and "unknown policy" in lost["error"]
+    )

@@ -40,6 +40,13 @@ class PolicySpec:
         metadata={"help": "Prompts JSONL ({prompt | question, answer?}), as for `mrjudge train policy`."}
     )
     seed: int = field(default=0, metadata={"help": "Seeds the adapter's init, the data order and the sampling."})
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Continue a revision in the run's adapter store (`policy`, `policy@alias`, `policy@id`): its "
+            "weights, rank and targets (the lora_* fields are then ignored); exports name it as their parent."
+        },
+    )
     # Rollouts
     prompts_per_step: int = field(default=4, metadata={"help": "Prompts per GRPO step (each gives a group)."})
     num_generations: int = field(default=4, metadata={"help": "Completions per prompt (the GRPO group size G)."})

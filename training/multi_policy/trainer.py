@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import nanstd
 
+from judge.adapters.store import ADAPTER_WEIGHTS
 from training.multi_policy.config import MultiPolicyConfig, PolicySpec
 from training.multi_policy.objective import advantages, row_weights, token_loss
 from training.multi_policy.rollout import RolloutRequest, generate_mixed, sequence_logps
@@ -54,6 +55,7 @@ class PolicyRun:
     history: list[dict[str, float]] = field(default_factory=list)
     revisions: list[str] = field(default_factory=list)
     exported_step: int = -1
+    parent: str | None = None
 
     @property
     def name(self) -> str:
@@ -74,7 +76,8 @@ class MultiPolicyTrainer:
     """Holds the base, the P adapters and each policy's state; `train()` runs them (see the module doc)."""
 
     def __init__(self, config: MultiPolicyConfig) -> None:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model, set_peft_model_state_dict
+        from safetensors.torch import load_file
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.config = config
@@ -91,29 +94,55 @@ class MultiPolicyTrainer:
             )
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.eos_id = self.tokenizer.eos_token_id
+        from judge.adapters.fingerprint import base_fingerprint
+
+        self.fingerprint = base_fingerprint(base)
         self.model = None
+        self.parents: dict[str, str] = {}  # policy → the revision it continues (init_from)
+        self.start_errors: dict[str, str] = {}  # policy → why its init_from revision cannot be used
         for spec in config.policies:  # each adapter's init depends on its own seed alone
             torch.manual_seed(spec.seed)
-            lora = LoraConfig(
-                r=spec.lora_r,
-                lora_alpha=spec.lora_alpha,
-                lora_dropout=0.0,
-                target_modules=spec.lora_target_modules,
-                task_type="CAUSAL_LM",
-            )
+            lora, revision = self._start(spec)
             if self.model is None:
                 self.model = get_peft_model(base, lora, adapter_name=spec.name)
             else:
                 self.model.add_adapter(spec.name, lora)
+            if revision is not None:
+                weights = load_file(str(revision.path / ADAPTER_WEIGHTS), device=str(device))
+                set_peft_model_state_dict(self.model, weights, adapter_name=spec.name)
+                self.parents[spec.name] = revision.ref
         self.model.eval()  # PEFT mixes adapters only outside training mode; dropout is off (lora_dropout=0)
         for name, param in self.model.named_parameters():
             param.requires_grad_(".lora_" in name)
-        from judge.adapters.fingerprint import base_fingerprint
-
-        self.fingerprint = base_fingerprint(self.model)
         self.runs = [self._setup(spec) for spec in config.policies]
 
     # -- set-up -----------------------------------------------------------------------------------------------
+
+    def _start(self, spec: PolicySpec) -> tuple[Any, Any]:
+        """`(LoRA config, init_from revision or None)`: the spec's shape, or the revision's. A revision that
+        cannot be used leaves its error for `_setup` (the policy fails alone) and a fresh adapter in its place."""
+        from peft import LoraConfig
+
+        fresh = LoraConfig(
+            r=spec.lora_r,
+            lora_alpha=spec.lora_alpha,
+            lora_dropout=0.0,
+            target_modules=spec.lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        if not spec.init_from:
+            return fresh, None
+        from judge.adapters.store import AdapterStore, check_base
+
+        try:
+            revision = AdapterStore(self.config.store_root).resolve(spec.init_from)
+            check_base(revision, self.fingerprint)
+            lora = LoraConfig.from_pretrained(str(revision.path))
+        except Exception as exc:
+            self.start_errors[spec.name] = f"init_from {spec.init_from!r}: {type(exc).__name__}: {exc}"
+            return fresh, None
+        lora.inference_mode, lora.lora_dropout = False, 0.0
+        return lora, revision
 
     def _setup(self, spec: PolicySpec) -> PolicyRun:
         from transformers import get_scheduler
@@ -123,6 +152,10 @@ class MultiPolicyTrainer:
 
         run = PolicyRun(spec=spec, rng=random.Random(spec.seed))
         run.params = [p for n, p in self.model.named_parameters() if f".{spec.name}." in n and ".lora_" in n]
+        if spec.name in self.start_errors:
+            self._fail(run, f"set-up: {self.start_errors[spec.name]}")
+            return run
+        run.parent = self.parents.get(spec.name)
         try:
             data = load_prompt_dataset(spec.train_file, policy_sees_images=False)
             run.rows = [data[i] for i in range(len(data))]
@@ -335,7 +368,7 @@ class MultiPolicyTrainer:
             base_fingerprint=self.fingerprint,
             step=run.step,
             metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
-            parent=run.revisions[-1] if run.revisions else None,
+            parent=run.revisions[-1] if run.revisions else run.parent,
             base_model=self.config.model_name_or_path,
         )
         run.revisions.append(revision.ref)
