@@ -34,6 +34,12 @@ from training.multi_policy.rollout import RolloutRequest, generate_mixed, sequen
 __all__ = ["MultiPolicyTrainer", "PolicyFailure", "PolicyRun", "run_policies"]
 
 
+def _adapter_of(parameter: str) -> str | None:
+    """The adapter a LoRA parameter belongs to (`….lora_A.<adapter>.weight`), else None."""
+    parts = parameter.split(".")
+    return parts[-2] if len(parts) >= 3 and parts[-3].startswith("lora_") else None
+
+
 class PolicyFailure(RuntimeError):
     """Something only this policy did wrong: it stops, the others go on."""
 
@@ -113,7 +119,7 @@ class MultiPolicyTrainer:
                 self.parents[spec.name] = revision.ref
         self.model.eval()  # PEFT mixes adapters only outside training mode; dropout is off (lora_dropout=0)
         for name, param in self.model.named_parameters():
-            param.requires_grad_(".lora_" in name)
+            param.requires_grad_(_adapter_of(name) is not None)
         self.runs = [self._setup(spec) for spec in config.policies]
 
     # -- set-up -----------------------------------------------------------------------------------------------
@@ -151,7 +157,7 @@ class MultiPolicyTrainer:
         from training.policy import load_prompt_dataset
 
         run = PolicyRun(spec=spec, rng=random.Random(spec.seed))
-        run.params = [p for n, p in self.model.named_parameters() if f".{spec.name}." in n and ".lora_" in n]
+        run.params = [p for n, p in self.model.named_parameters() if _adapter_of(n) == spec.name]
         if spec.name in self.start_errors:
             self._fail(run, f"set-up: {self.start_errors[spec.name]}")
             return run
