@@ -1,6 +1,6 @@
 """Concurrent multi-policy GRPO vs the same policies one after another: wall time, peak memory, curves.
 
-    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4, ~2 min on 2 cores
+    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: ~5 min on a busy 2-core box
     python benchmarks/multi_policy.py --device cuda --size small --steps 8 --completion-length 64
 
 Prints one JSON line. For each P, two variants train the same P policies (each its own prompts, seed and
