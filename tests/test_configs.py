@@ -25,6 +25,7 @@ def _kind(path: Path) -> str:
         (r"judge_sft_.*", "sft"),
         (r"judge_grpo_.*", "grpo"),
         (r"policy_grpo_.*", "policy"),
+        (r"policies_.*", "policies"),
         (r"judging_.*", "judge"),
         (r"serve_.*", "serve"),
         (r"demo\.yaml", "demo"),
@@ -56,6 +57,10 @@ def test_every_shipped_yaml_loads(path):
 
         cls = {"sft": JudgeSFTConfig, "grpo": JudgeGRPOConfig, "policy": JudgePolicyGRPOConfig}[kind]
         load_config(cls, path, CPU if yaml.safe_load(path.read_text()).get("bf16") else [])
+    elif kind == "policies":
+        from training.multi_policy import load_multi_policy_config
+
+        load_multi_policy_config(path)
     elif kind == "judge":
         from judge.judging import JudgeConfig
 

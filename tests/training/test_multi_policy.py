@@ -1,0 +1,232 @@
+"""Multi-policy GRPO: mixed-adapter batches give each row its own adapter's result, concurrent training ends
+with the adapters one-after-another training gives, a failing policy stops alone, and the CLI runs a YAML.
+
+Rewards are cheap and in process (`length_reward` below, `reference_f1`), so no judge server is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from scripts.cli import main
+from training.multi_policy import MultiPolicyConfig, MultiPolicyTrainer, load_multi_policy_config
+from training.multi_policy.rewards import reference_f1
+from training.multi_policy.rollout import RolloutRequest, generate_mixed
+
+
+def length_reward(completions, **kwargs):
+    """Longer completions earn more: random tiny-model samples differ in length, so groups have spread."""
+    return [len(c[-1]["content"]) / 40 for c in completions]
+
+
+def nan_reward(completions, **kwargs):
+    return [math.nan for _ in completions]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: the tiny model's matrices are far too small to share, and the CI box is busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("policies-data")
+    files = {}
+    for name, words in (("colours", ["red", "blue", "green"]), ("numbers", ["one", "two", "three", "four"])):
+        path = root / f"{name}.jsonl"
+        path.write_text(
+            "".join(json.dumps({"prompt": f"Say {w} please, {i}", "answer": w}) + "\n" for i, w in enumerate(words * 2))
+        )
+        files[name] = str(path)
+    (root / "empty.jsonl").write_text("")
+    files["empty"] = str(root / "empty.jsonl")
+    return files
+
+
+def _config(tiny_lm_dir, tmp_path, prompts, **overrides):
+    policies = overrides.pop(
+        "policies",
+        [
+            {"name": "colours", "train_file": prompts["colours"], "seed": 1},
+            {"name": "numbers", "train_file": prompts["numbers"], "seed": 2, "beta": 0.04, "loss_type": "grpo",
+             "learning_rate": 2e-2, "lora_r": 4, "max_completion_length": 6},
+        ],
+    )  # fmt: skip
+    defaults = {"prompts_per_step": 2, "num_generations": 4, "max_completion_length": 8, "learning_rate": 1e-2,
+                "reward": "tests.training.test_multi_policy:length_reward"}  # fmt: skip
+    values = dict(model_name_or_path=str(tiny_lm_dir), output_dir=str(tmp_path), max_steps=2, device="cpu",
+                  logging_steps=0, policy_defaults=defaults, policies=policies)  # fmt: skip
+    return MultiPolicyConfig(**{**values, **overrides})
+
+
+def _lora(trainer):
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if ".lora_" in n}
+
+
+def test_mixed_batch_rows_get_their_own_adapters_samples(tiny_lm_dir, tmp_path, prompts):
+    """Sampling two policies in one batch gives each row the tokens it gets when its policy samples alone."""
+    trainer = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts))
+    generator = torch.Generator().manual_seed(0)
+    for param in trainer.model.parameters():  # make the adapters differ from the base and from each other
+        if param.requires_grad:
+            torch.nn.init.normal_(param, std=0.5, generator=generator)
+
+    def requests():
+        return [
+            RolloutRequest("colours", [[5, 6, 7], [5, 6, 7], [9]], 8, 1.0, seed=3),
+            RolloutRequest("numbers", [[11, 12, 13, 14, 15]] * 2, 5, 0.7, seed=4),
+        ]
+
+    together = requests()
+    generate_mixed(trainer.model, together, pad_id=trainer.pad_id, eos_id=trainer.eos_id)
+    for alone in requests():
+        generate_mixed(trainer.model, [alone], pad_id=trainer.pad_id, eos_id=trainer.eos_id)
+        mixed = next(r for r in together if r.adapter == alone.adapter)
+        assert mixed.completions == alone.completions and mixed.error is None
+    assert all(len(c) <= 5 for c in together[1].completions)
+    ids = torch.tensor([[11, 12, 13, 14, 15]] * 3)
+    with torch.no_grad():
+        mixed = trainer.model(input_ids=ids, adapter_names=["colours", "numbers", "__base__"]).logits[:, -1]
+        for row, name in enumerate(("colours", "numbers", "__base__")):
+            alone = trainer.model(input_ids=ids[:1], adapter_names=[name]).logits[0, -1]
+            assert torch.allclose(mixed[row], alone, atol=1e-5)
+    assert (mixed[0] - mixed[1]).abs().max() > 0.1 and (mixed[0] - mixed[2]).abs().max() > 0.1
+
+
+def test_concurrent_training_ends_with_the_sequential_adapters(tiny_lm_dir, tmp_path, prompts):
+    """Two policies trained together (mixed-adapter forward and backward) equal the two trained in turn."""
+    finals, statuses = {}, {}
+    for concurrent, rows in ((True, 64), (False, None)):
+        config = _config(
+            tiny_lm_dir, tmp_path / str(concurrent), prompts, concurrent=concurrent, forward_batch_rows=rows
+        )
+        trainer = MultiPolicyTrainer(config)
+        start = _lora(trainer)
+        statuses[concurrent] = trainer.train()
+        finals[concurrent] = _lora(trainer)
+    moved = max((finals[True][k] - start[k]).abs().max().item() for k in start)
+    assert moved > 1e-3  # the adapters learned something, so equality below means something
+    differ = max((finals[True][k] - finals[False][k]).abs().max().item() for k in start)
+    assert differ < 1e-5
+    for name in ("colours", "numbers"):
+        together, alone = statuses[True]["policies"][name], statuses[False]["policies"][name]
+        assert together["status"] == alone["status"] == "done" and together["steps"] == 2
+        for key in ("loss", "reward", "grad_norm"):
+            assert together["last"][key] == pytest.approx(alone["last"][key], abs=1e-5)
+    assert "kl" in statuses[True]["policies"]["numbers"]["last"]
+    logged = [json.loads(line) for line in (tmp_path / "True" / "numbers" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1, 2]
+
+
+def test_a_failing_policy_stops_alone(tiny_lm_dir, tmp_path, prompts):
+    """A NaN reward and an empty data file stop their policies with the error; the good one trains on."""
+    from judge.adapters.store import AdapterStore
+
+    policies = [
+        {"name": "good", "train_file": prompts["colours"], "seed": 1},
+        {"name": "nan", "train_file": prompts["numbers"], "seed": 2, "reward": "tests.training.test_multi_policy:nan_reward"},
+        {"name": "empty", "train_file": prompts["empty"], "seed": 3},
+    ]  # fmt: skip
+    status = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=policies, save_steps=1)).train()
+    good, nan, empty = (status["policies"][n] for n in ("good", "nan", "empty"))
+    assert good["status"] == "done" and good["steps"] == 2 and good["error"] is None
+    assert nan["status"] == "failed" and "non-finite" in nan["error"] and nan["steps"] == 0
+    assert empty["status"] == "failed" and "set-up" in empty["error"] and "no prompts" in empty["error"]
+    store = AdapterStore(tmp_path / "adapters")
+    assert [r.step for r in sorted(store.revisions("good"), key=lambda r: r.step)] == [1, 2]
+    assert store.resolve("good").ref == good["revision"] and store.resolve("good").parent is not None
+    assert "nan" not in store.policies() and json.loads((tmp_path / "policies.json").read_text()) == status
+
+
+def test_cli_trains_policies_from_yaml(tiny_lm_dir, tmp_path, prompts, capsys):
+    config = tmp_path / "policies.yaml"
+    config.write_text(
+        f"model_name_or_path: {tiny_lm_dir}\noutput_dir: {tmp_path / 'run'}\nmax_steps: 3\ndevice: cpu\n"
+        "policy_defaults: {prompts_per_step: 2, num_generations: 2, max_completion_length: 4}\n"
+        f"policies:\n  - {{name: pa, train_file: {prompts['colours']}}}\n"
+        f"  - {{name: pb, train_file: {prompts['numbers']}, seed: 5}}\n"
+    )
+    assert main(["train", "policies", "--config", str(config), "max_steps=1", "logging_steps=0"]) == 0
+    out = capsys.readouterr().out
+    assert "pa: 1 steps → pa@" in out and "pb: 1 steps → pb@" in out
+    status = json.loads((tmp_path / "run" / "policies.json").read_text())
+    assert {p["steps"] for p in status["policies"].values()} == {1}
+
+    assert main(["train", "policies", "--config", str(config), "policy_defaults={lora_rank: 4}"]) == 2
+    assert "unknown PolicySpec field(s) ['lora_rank']" in capsys.readouterr().err
+
+
+def test_config_errors_name_the_field(tmp_path):
+    with pytest.raises(ValueError, match="loss_type must be one of"):
+        MultiPolicyConfig(model_name_or_path="m", policies=[{"name": "a", "train_file": "f", "loss_type": "x"}])
+    with pytest.raises(ValueError, match="names must be unique"):
+        MultiPolicyConfig(model_name_or_path="m", policies=[{"name": "a", "train_file": "f"}] * 2)
+    with pytest.raises(ValueError, match=r"policies\[0\]: set train_file"):
+        MultiPolicyConfig(model_name_or_path="m", policies=[{"name": "a"}])
+    with pytest.raises(ValueError, match="reward=judge needs judge_server_url"):
+        MultiPolicyConfig(model_name_or_path="m", policies=[{"name": "a", "train_file": "f", "reward": "judge"}])
+    path = tmp_path / "c.yaml"
+    path.write_text("model_name_or_path: m\npolicies: []\n")
+    with pytest.raises(ValueError, match="policies is required"):
+        load_multi_policy_config(path)
+
+
+def test_reference_f1():
+    completions = [[{"role": "assistant", "content": "A red circle."}], "blue", "anything"]
+    assert reference_f1(completions, answer=["There is a red circle.", "red", None]) == [0.75, 0.0, None]
+
+
+def test_a_judge_rewarded_policy_beside_a_local_one(tiny_lm_dir, tmp_path, prompts):
+    """`reward: judge` scores through a reward server over loopback HTTP (the stand-in rule judge)."""
+    from tests.judge.test_reward_fn import _fresh_state, make_reward_app
+    from tests.support.openai_server import serve
+
+    state = _fresh_state()
+    with serve(make_reward_app(state)) as url:
+        policies = [
+            {"name": "judged", "train_file": prompts["colours"], "seed": 1, "reward": "judge",
+             "judge_server_url": url, "reward_kwargs": {"backoff_s": 0.01}},
+            {"name": "local", "train_file": prompts["numbers"], "seed": 2},
+        ]  # fmt: skip
+        status = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=policies, max_steps=1)).train()
+    assert state["calls"] >= 2  # one listwise request per prompt group
+    judged = status["policies"]["judged"]
+    assert judged["status"] == "done", judged["error"]
+    assert 0.0 <= judged["last"]["reward"] <= 1.0 and status["policies"]["local"]["status"] == "done"
+
+
+def test_init_from_continues_a_store_revision(tiny_lm_dir, tmp_path, prompts):
+    """A policy starts from its store revision's weights and shape; exports name it as parent; a bad ref
+    stops only its own policy."""
+    from judge.adapters.store import AdapterStore
+
+    first = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=[
+        {"name": "colours", "train_file": prompts["colours"], "seed": 1}]))  # fmt: skip
+    first.train()
+    trained = _lora(first)
+    store = AdapterStore(tmp_path / "adapters")
+    parent = store.resolve("colours").ref
+
+    policies = [
+        {"name": "colours", "train_file": prompts["colours"], "seed": 7, "init_from": "colours", "lora_r": 2},
+        {"name": "lost", "train_file": prompts["numbers"], "seed": 2, "init_from": "nobody@prod"},
+    ]
+    second = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=policies, max_steps=1))
+    start = {k: v for k, v in _lora(second).items() if ".colours." in k}
+    assert start.keys() == {k for k in trained if ".colours." in k}  # the revision's rank, not lora_r=2
+    assert all(torch.equal(start[k], trained[k]) for k in start)
+    status = second.train()
+    assert status["policies"]["colours"]["status"] == "done"
+    assert store.resolve(status["policies"]["colours"]["revision"]).parent == parent
+    lost = status["policies"]["lost"]
+    assert (
+        lost["status"] == "failed" and "init_from 'nobody@prod'" in lost["error"] and "unknown policy" in lost["error"]
+    )

@@ -1,0 +1,194 @@
+"""Config of a multi-policy GRPO run: the shared base, and one `PolicySpec` per LoRA policy.
+
+    model_name_or_path: runs/tiny-lm
+    output_dir: runs/policies
+    max_steps: 20
+    policy_defaults: {num_generations: 4, learning_rate: 1.0e-4}
+    policies:
+      - {name: geometry, train_file: data/geometry.jsonl, seed: 1}
+      - {name: counting, train_file: data/counting.jsonl, seed: 2, reward: judge, judge_server_url: http://…}
+
+Each policy entry is `policy_defaults` with its own fields on top. The GRPO fields keep TRL's
+`GRPOConfig` names and meanings (`num_generations`, `beta`, `epsilon`, `loss_type`, `scale_rewards`,
+`max_completion_length`, …) so a single-policy config reads the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from judge.config import ConfigError, config_values, yaml_load
+
+__all__ = ["LOSS_TYPES", "SCALE_REWARDS", "MultiPolicyConfig", "PolicySpec", "load_multi_policy_config"]
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+"""TRL's token aggregations this loop implements (TRL's meanings; `dapo` is TRL's default)."""
+SCALE_REWARDS = ("group", "batch", "none")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # the adapter store's policy-name rule
+
+
+@dataclass
+class PolicySpec:
+    """One policy: its data, its reward, its LoRA adapter and its own GRPO and optimiser settings."""
+
+    name: str = field(metadata={"help": "Policy name: the adapter's name and its policy in the adapter store."})
+    train_file: str = field(
+        metadata={"help": "Prompts JSONL ({prompt | question, answer?}), as for `mrjudge train policy`."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seeds the adapter's init, the data order and the sampling."})
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Continue a revision in the run's adapter store (`policy`, `policy@alias`, `policy@id`): its "
+            "weights, rank and targets (the lora_* fields are then ignored); exports name it as their parent."
+        },
+    )
+    # Rollouts
+    prompts_per_step: int = field(default=4, metadata={"help": "Prompts per GRPO step (each gives a group)."})
+    num_generations: int = field(default=4, metadata={"help": "Completions per prompt (the GRPO group size G)."})
+    max_prompt_length: int = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
+    max_completion_length: int = field(default=32, metadata={"help": "Completion budget in tokens."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (also divides the logits)."})
+    # Reward
+    reward: str = field(
+        default="training.multi_policy.rewards:reference_f1",
+        metadata={
+            "help": "`module:callable` with TRL's reward signature (completions, prompts, **columns), or "
+            "`judge` for the judge reward server at judge_server_url."
+        },
+    )
+    reward_kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Keyword arguments when `reward` names a class or factory."}
+    )
+    judge_server_url: str | None = field(default=None, metadata={"help": "With reward=judge: `mrjudge serve` root."})
+    judge_mode: str = field(default="listwise", metadata={"help": "With reward=judge: listwise, pairwise, tournament."})
+    judge_reference_column: str | None = field(
+        default="answer", metadata={"help": "With reward=judge: the reference column (pairwise mode)."}
+    )
+    # GRPO loss (TRL's GRPOConfig names)
+    beta: float = field(default=0.0, metadata={"help": "KL weight against the base (the adapter switched off)."})
+    epsilon: float = field(default=0.2, metadata={"help": "Lower clip of the importance ratio."})
+    epsilon_high: float | None = field(default=None, metadata={"help": "Upper clip (default: epsilon)."})
+    loss_type: str = field(default="dapo", metadata={"help": f"Token aggregation: {', '.join(LOSS_TYPES)}."})
+    scale_rewards: str = field(default="group", metadata={"help": f"Advantage scaling: {', '.join(SCALE_REWARDS)}."})
+    # Optimiser (TrainingArguments' names)
+    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate of this adapter."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    lr_scheduler_type: str = field(default="linear", metadata={"help": "transformers scheduler name."})
+    warmup_steps: int = field(default=0, metadata={"help": "Scheduler warm-up steps."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Clip this adapter's gradient norm (0: off)."})
+    # LoRA
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha."})
+    lora_target_modules: list[str] | str = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        metadata={"help": "Modules the adapter wraps (a list, or `all-linear`)."},
+    )
+
+    def __post_init__(self) -> None:
+        where = f"policy {self.name!r}"
+        if not isinstance(self.name, str) or not _NAME.match(self.name) or self.name == "__base__":
+            raise ValueError(f"{where}: name must match {_NAME.pattern} (letters, digits, . _ -)")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"{where}: loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise ValueError(f"{where}: scale_rewards must be one of {', '.join(SCALE_REWARDS)}")
+        for key in ("prompts_per_step", "num_generations", "max_prompt_length", "max_completion_length", "lora_r"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{where}: {key} must be >= 1, got {getattr(self, key)}")
+        if self.temperature <= 0:
+            raise ValueError(f"{where}: temperature must be > 0 (sampling), got {self.temperature}")
+        if self.reward == "judge" and not self.judge_server_url:
+            raise ValueError(f"{where}: reward=judge needs judge_server_url=http://… (a `mrjudge serve` server)")
+        if self.reward != "judge" and ":" not in self.reward:
+            raise ValueError(f"{where}: reward must be `module:callable` or `judge`, got {self.reward!r}")
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+
+@dataclass
+class MultiPolicyConfig:
+    """The run: one base model in memory, the policies trained over it, and how the steps are batched."""
+
+    model_name_or_path: str = field(metadata={"help": "Base model every adapter sits on (a causal text LM)."})
+    policies: list[PolicySpec] = field(metadata={"help": "The policies: a list of PolicySpec mappings."})
+    output_dir: str = field(default="runs/policies", metadata={"help": "Logs, status and (default) adapter store."})
+    max_steps: int = field(default=20, metadata={"help": "GRPO steps per policy."})
+    concurrent: bool = field(
+        default=True,
+        metadata={"help": "Step all policies together in mixed-adapter batches; false trains them one after another."},
+    )
+    forward_batch_rows: int | None = field(
+        default=None,
+        metadata={
+            "help": "Rows per training forward/backward (mixed across policies); default: the largest policy's "
+            "rows per step, so concurrent activations peak no higher than one policy's."
+        },
+    )
+    adapter_store: str | None = field(
+        default=None, metadata={"help": "Adapter store revisions go to (default: OUTPUT_DIR/adapters)."}
+    )
+    save_steps: int = field(default=0, metadata={"help": "Export a revision every N steps (0: only at the end)."})
+    logging_steps: int = field(default=1, metadata={"help": "Print a line per policy every N steps (0: quiet)."})
+    device: str | None = field(default=None, metadata={"help": "cpu or cuda (default: cuda when available)."})
+    dtype: str = field(default="float32", metadata={"help": "Base and adapter dtype: float32 or bfloat16."})
+    policy_defaults: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "PolicySpec fields every policy gets unless it sets its own."}
+    )
+
+    def __post_init__(self) -> None:
+        self.policies = [self._policy(i, entry) for i, entry in enumerate(self.policies or [])]
+        if not self.policies:
+            raise ValueError("policies is empty: list at least one {name, train_file} mapping")
+        names = [p.name for p in self.policies]
+        if len(set(names)) != len(names):
+            raise ValueError(f"policy names must be unique, got {names}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.forward_batch_rows is not None and self.forward_batch_rows < 1:
+            raise ValueError(f"forward_batch_rows must be >= 1 or null, got {self.forward_batch_rows}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+
+    def _policy(self, index: int, entry: Any) -> PolicySpec:
+        if isinstance(entry, PolicySpec):
+            return entry
+        if not isinstance(entry, dict):
+            raise ValueError(f"policies[{index}] must be a mapping of PolicySpec fields, got {type(entry).__name__}")
+        values = {**self.policy_defaults, **entry}
+        known = {f.name for f in dataclasses.fields(PolicySpec)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"policies[{index}]: unknown PolicySpec field(s) {unknown}; valid fields: {sorted(known)}")
+        missing = [key for key in ("name", "train_file") if not values.get(key)]
+        if missing:
+            raise ValueError(f"policies[{index}]: set {' and '.join(missing)} (every policy needs its own)")
+        return PolicySpec(**values)
+
+    @property
+    def store_root(self) -> Path:
+        return Path(self.adapter_store) if self.adapter_store else Path(self.output_dir) / "adapters"
+
+
+def load_multi_policy_config(path: str | Path | None, overrides: list[str] | None = None) -> MultiPolicyConfig:
+    """The run's config from YAML with `key=value` overrides of its top-level fields (values parsed as YAML)."""
+    parsed: dict[str, Any] = {}
+    for override in overrides or []:
+        key, sep, value = override.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {override!r} must look like key=value (e.g. max_steps=20)")
+        parsed[key.strip()] = yaml_load(value)
+    values = config_values(MultiPolicyConfig, path, parsed)
+    for key in ("model_name_or_path", "policies"):
+        if not values.get(key):
+            raise ConfigError(f"{path or 'config'}: MultiPolicyConfig.{key} is required")
+    try:
+        return MultiPolicyConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path or 'config'}: {exc}") from exc
