@@ -244,3 +244,18 @@ def test_gc_sweeps_old_unindexed_folders(tmp_path):
     old = time.time() - ORPHAN_AGE_S - 60
     os.utime(stray, (old, old))
     assert store.gc() == [] and not stray.exists() and kept.path.is_dir()
+
+
+def test_add_many_registers_a_chunk_in_one_transaction(tmp_path):
+    store = AdapterStore(tmp_path)
+    first = add(store, "judge", 0)
+    chunk = [(f"weights {n}".encode(), CONFIG) for n in range(40)]  # the first is `first` again
+    added = store.add_many("judge", chunk, base_fingerprint=FINGERPRINT)
+    assert [r.id for r in added] == list(dict.fromkeys(_content_id(w, c) for w, c in chunk))
+    assert added[0] == first and added[0].created == first.created  # an existing revision keeps its metadata
+    assert store.resolve("judge").id == added[-1].id and len(store.revisions("judge")) == 40
+    for revision in added:
+        assert (revision.path / "adapter_model.safetensors").read_bytes() == f"weights {added.index(revision)}".encode()
+    assert not any(p.name.startswith(".") for p in (tmp_path / "judge" / "revisions").iterdir())
+    with pytest.raises(AdapterStoreError, match="base_fingerprint is empty"):
+        store.add_many("judge", chunk, base_fingerprint="")
