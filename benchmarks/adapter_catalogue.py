@@ -14,7 +14,7 @@
    `hit_rate` (adapter resident on arrival) and `cold_load_p50_ms` (their wait for the load), and the
    resident clients' p99 latency in (a) and (b).
 
-    python benchmarks/adapter_catalogue.py                      # N = 100,000 (~3 min to register here)
+    python benchmarks/adapter_catalogue.py                      # N = 100,000 (5-9 min to register on 2 busy cores)
     python benchmarks/adapter_catalogue.py --revisions 5000 --duration 8    # a quick run
 
 The catalogue lives in a temporary folder (`--dir`, default the system's) and is deleted at the end.
@@ -167,7 +167,9 @@ async def client(url: str, pick, stop_at: float, out: list[tuple[float, float]],
         while time.monotonic() < stop_at:
             body = {
                 "model": pick(),
-                "items": [{"id": "q", "question": "What colour is it?", "candidates": ["Red.", "Blue."], "image": [image]}],
+                "items": [
+                    {"id": "q", "question": "What colour is it?", "candidates": ["Red.", "Blue."], "image": [image]}
+                ],
             }
             start = time.perf_counter()
             response = await http.post(f"{url}/v1/judge", json=body)
@@ -207,7 +209,10 @@ def serve_phase(base_dir: Path, store_dir: Path, refs: list[str], args) -> dict:
         for ref in hot:  # preload the hot set, and warm the model
             httpx.post(
                 f"{url}/v1/judge",
-                json={"model": ref, "items": [{"id": "q", "question": "q", "candidates": ["a", "b"], "image": [image]}]},
+                json={
+                    "model": ref,
+                    "items": [{"id": "q", "question": "q", "candidates": ["a", "b"], "image": [image]}],
+                },
                 timeout=120,
             ).raise_for_status()
         without_resident, _ = asyncio.run(phase(url, hot, lambda: hot_rng.choice(hot), args, image))
