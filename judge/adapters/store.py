@@ -7,17 +7,18 @@ servers):
     ROOT/<policy>/revisions/<id>/adapter_model.safetensors   PEFT's own files, loadable by PeftModel
     ROOT/<policy>/revisions/<id>/adapter_config.json
     ROOT/<policy>/revisions/<id>/revision.json               base fingerprint, step, metrics, parent, time
-    ROOT/<policy>/refs.json                                  aliases (`prod`, `latest`, …) and their history
+    ROOT/catalogue.sqlite                                    the index: revisions, aliases and their history
 
 A revision's id is the hash of its weights and adapter config, so saving the same adapter twice gives one
-revision. Revisions are written to a temporary folder and renamed into place; `refs.json` is replaced
-atomically under a lock. Readers therefore see a revision whole or not at all, and a server resolving
-`judge@prod` while a trainer promotes sees the old or the new revision, never a mix.
+revision. Revisions are written to a temporary folder, fsynced and renamed into place, and only then
+indexed (`judge.adapters.catalogue`, SQLite in WAL mode): readers see a revision whole or not at all, a
+lookup costs one index probe at any catalogue size, and a server resolving `judge@prod` while a trainer
+promotes sees the old or the new revision, never a mix. Stores an older version wrote (`refs.json`) are
+migrated on first open.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -25,13 +26,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from judge.jsonl import write_json_atomic
+from judge.adapters.catalogue import Catalogue
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -55,6 +56,9 @@ ID_LENGTH = 16
 
 HISTORY_LENGTH = 100
 """Moves of one alias remembered for rollback."""
+ORPHAN_AGE_S = 3600.0
+"""A revision folder nothing indexes (a save killed between its rename and its index row) older than this
+is swept by `gc`; younger ones may belong to a save still in progress."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Fields PEFT writes that say where or with what an adapter was saved, not what it is.
@@ -143,6 +147,11 @@ def _content_id(weights: bytes, config: dict[str, Any]) -> str:
     return digest.hexdigest()[:ID_LENGTH]
 
 
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -163,6 +172,7 @@ class AdapterStore:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self.catalogue = Catalogue(self.root, HISTORY_LENGTH)
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -235,10 +245,8 @@ class AdapterStore:
         if parent is not None:
             parent = self.resolve(parent if "@" in parent else f"{policy}@{parent}").ref
         revision_id = _content_id(weights, config)
-        revisions = self.root / policy / "revisions"
-        final = revisions / revision_id
-        if not final.exists():
-            revisions.mkdir(parents=True, exist_ok=True)
+        existing = self.catalogue.row(policy, revision_id)
+        if existing is None:
             meta = {
                 "policy": policy,
                 "revision": revision_id,
@@ -252,6 +260,98 @@ class AdapterStore:
                 "peft_type": config.get("peft_type"),
                 "r": config.get("r"),
             }
+            meta = self._write_folder(policy, revision_id, weights, config, meta)
+        with self.catalogue.write() as conn:
+            # Indexed only now that the folder is whole and on disk: a save killed earlier leaves nothing visible.
+            if existing is None:
+                self.catalogue.insert(conn, policy, revision_id, meta)
+            self.catalogue.move_alias(conn, policy, LATEST, revision_id)
+        return self.revision(policy, revision_id)
+
+    def add_many(
+        self,
+        policy: str,
+        adapters: Sequence[tuple[bytes, dict[str, Any]]],
+        *,
+        base_fingerprint: str,
+        base_model: str | None = None,
+        workers: int = 16,
+    ) -> list[Revision]:
+        """Register many revisions of `policy` at once (`(weights, config)` pairs; `latest` moves to the
+        last): a catalogue import, or a benchmark's.
+
+        One save pays three fsyncs one after another; here the folders are written unsynced, fsynced
+        together by `workers` threads (the filesystem commits them as a group), renamed into place and
+        indexed in one transaction, so a killed import leaves nothing half visible, as a save does.
+        """
+        _check_name("policy", policy)
+        if not base_fingerprint:
+            raise AdapterStoreError("base_fingerprint is empty: compute it with judge.adapters.base_fingerprint")
+        revisions = self.root / policy / "revisions"
+        revisions.mkdir(parents=True, exist_ok=True)
+        pending: dict[str, tuple[Path, dict[str, Any]]] = {}
+        files: list[Path] = []
+        order: list[str] = []
+        for weights, config in adapters:
+            config = _jsonable(config)
+            revision_id = _content_id(weights, config)
+            order.append(revision_id)
+            if revision_id in pending or (revisions / revision_id).exists():
+                continue
+            meta = {
+                "policy": policy,
+                "revision": revision_id,
+                "base_fingerprint": base_fingerprint,
+                "base_model": base_model,
+                "step": None,
+                "metrics": {},
+                "parent": None,
+                "created": time.time(),
+                "bytes": len(weights),
+                "peft_type": config.get("peft_type"),
+                "r": config.get("r"),
+            }
+            staging = Path(tempfile.mkdtemp(dir=revisions, prefix=f".{revision_id}."))
+            for name, payload in (
+                (ADAPTER_WEIGHTS, weights),
+                (ADAPTER_CONFIG, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
+                (REVISION_META, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()),
+            ):
+                (staging / name).write_bytes(payload)
+                files.append(staging / name)
+            pending[revision_id] = (staging, meta)
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            list(pool.map(_fsync_file, files))
+        metas: dict[str, dict[str, Any]] = {}
+        for revision_id, (staging, meta) in pending.items():
+            try:
+                os.rename(staging, revisions / revision_id)
+                metas[revision_id] = meta
+            except OSError:  # a twin got there first: the same content
+                shutil.rmtree(staging, ignore_errors=True)
+        _fsync_dir(revisions)
+        for revision_id in dict.fromkeys(order):  # folders that were there already keep their own metadata
+            if revision_id not in metas:
+                metas[revision_id] = json.loads((revisions / revision_id / REVISION_META).read_text())
+        with self.catalogue.write() as conn:
+            for revision_id, meta in metas.items():
+                self.catalogue.insert(conn, policy, revision_id, meta)
+            if order:
+                self.catalogue.move_alias(conn, policy, LATEST, order[-1])
+        return [self._revision(policy, rid, metas[rid]) for rid in dict.fromkeys(order)]
+
+    def _write_folder(
+        self, policy: str, revision_id: str, weights: bytes, config: dict[str, Any], meta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Write the revision's folder (temporary folder, fsync, rename) and return its `revision.json`.
+
+        A folder already there (a twin save won the rename, or a save killed before indexing it) keeps its
+        own metadata: it is the same content.
+        """
+        revisions = self.root / policy / "revisions"
+        final = revisions / revision_id
+        if not final.exists():
+            revisions.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=revisions, prefix=f".{revision_id}."))
             try:
                 for name, payload in (
@@ -270,53 +370,50 @@ class AdapterStore:
                     raise
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-        with self._refs(policy) as refs:
-            _move_alias(refs, LATEST, revision_id)
-        return self.revision(policy, revision_id)
+        return json.loads((final / REVISION_META).read_text())
 
     # -- reading ---------------------------------------------------------------------------------------------
 
     def policies(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if (p / "revisions").is_dir())
+        return self.catalogue.policies()
 
     def revisions(self, policy: str) -> list[Revision]:
         """Every revision of `policy`, oldest first."""
-        folder = self.root / _check_name("policy", policy) / "revisions"
-        if not folder.is_dir():
-            return []
-        found = [self._load(policy, p) for p in folder.iterdir() if not p.name.startswith(".") and p.is_dir()]
-        return sorted(found, key=lambda r: (r.created, r.id))
+        _check_name("policy", policy)
+        return [self._revision(policy, rid, meta) for rid, meta in self.catalogue.rows(policy)]
 
     def revision(self, policy: str, revision_id: str) -> Revision:
-        path = self.root / _check_name("policy", policy) / "revisions" / revision_id
-        if not (path / REVISION_META).is_file():
+        meta = self.catalogue.row(_check_name("policy", policy), revision_id)
+        if meta is None:
             raise AdapterStoreError(f"{policy} has no revision {revision_id!r}: see `mrjudge adapters list {policy}`")
-        return self._load(policy, path)
+        return self._revision(policy, revision_id, meta)
 
     def aliases(self, policy: str) -> dict[str, str]:
-        return dict(self._read_refs(policy)["aliases"])
+        return self.catalogue.aliases(_check_name("policy", policy))
 
     def history(self, policy: str, alias: str) -> list[str]:
         """Revisions `alias` pointed at, oldest first; the last is the current one."""
-        return list(self._read_refs(policy)["history"].get(alias, []))
+        return self.catalogue.history(_check_name("policy", policy), alias)
 
     def resolve(self, ref: str) -> Revision:
-        """`policy@alias`, `policy@<id or unique id prefix>` or `policy` (its latest) → the revision."""
+        """`policy@alias`, `policy@<id or unique id prefix>` or `policy` (its latest) → the revision.
+
+        One or two index probes, whatever the size of the catalogue.
+        """
         policy, name = split_ref(ref)
         _check_name("policy", policy)
-        if not (self.root / policy / "revisions").is_dir():
+        target = self.catalogue.alias(policy, name)
+        if target is not None:
+            return self.revision(policy, target)
+        matches = self.catalogue.by_prefix(policy, name.lower()) if len(name) >= 4 else []
+        if len(matches) == 1:
+            return self._revision(policy, *matches[0])
+        if not self.catalogue.has_policy(policy):
             known = ", ".join(self.policies()) or "none yet"
             raise AdapterStoreError(f"unknown policy {policy!r} in {ref!r} (policies in {self.root}: {known})")
-        aliases = self.aliases(policy)
-        if name in aliases:
-            return self.revision(policy, aliases[name])
-        matches = [r for r in self.revisions(policy) if r.id.startswith(name.lower())] if len(name) >= 4 else []
-        if len(matches) == 1:
-            return matches[0]
         if len(matches) > 1:
-            raise AdapterStoreError(f"{ref!r} matches {len(matches)} revisions of {policy}: give more of the id")
+            raise AdapterStoreError(f"{ref!r} matches several revisions of {policy}: give more of the id")
+        aliases = self.aliases(policy)
         raise AdapterStoreError(
             f"{ref!r}: {policy} has no alias or revision {name!r} (aliases: {', '.join(sorted(aliases)) or 'none'}; "
             f"a revision id needs at least 4 of its hex digits)"
@@ -330,69 +427,72 @@ class AdapterStore:
         _check_name("alias", alias)
         if alias == LATEST:
             raise AdapterStoreError(f"'{LATEST}' moves by itself on every save; promote to another alias")
-        with self._refs(revision.policy) as refs:
-            _move_alias(refs, alias, revision.id)
+        with self.catalogue.write() as conn:
+            self.catalogue.move_alias(conn, revision.policy, alias, revision.id)
         return revision
 
     def rollback(self, policy: str, alias: str = "prod") -> Revision:
         """Point `policy@alias` back at the revision it pointed at before its last move."""
-        with self._refs(policy) as refs:
-            history = refs["history"].get(alias, [])
-            if len(history) < 2:
-                raise AdapterStoreError(f"{policy}@{alias} has no earlier revision to roll back to")
-            history.pop()
-            refs["aliases"][alias] = history[-1]
-            return self.revision(policy, history[-1])
+        _check_name("policy", policy)
+        with self.catalogue.write() as conn:
+            target = self.catalogue.pop_history(conn, policy, alias)
+        if target is None:
+            raise AdapterStoreError(f"{policy}@{alias} has no earlier revision to roll back to")
+        return self.revision(policy, target)
 
     def gc(self, *, keep_last: int = 3, keep_history: int = 3, dry_run: bool = False) -> list[Revision]:
         """Delete revisions nothing needs: not the `keep_last` newest of their policy, not an alias's current
-        target, not among the last `keep_history` targets of any alias (rollback), not a kept one's parent."""
-        removed = []
+        target, not among the last `keep_history` targets of any alias (rollback), not a kept one's parent.
+
+        Each policy's choice and its index rows' removal are one write transaction (a promotion cannot slip
+        in between); the folders go afterwards. Unindexed folders older than `ORPHAN_AGE_S` (saves killed
+        before indexing) and dead temporary folders are swept too.
+        """
+        removed: list[Revision] = []
         for policy in self.policies():
-            revisions = self.revisions(policy)
-            refs = self._read_refs(policy)
-            keep = {r.id for r in revisions[-keep_last:]} if keep_last > 0 else set()
-            keep |= set(refs["aliases"].values())
-            for history in refs["history"].values():
-                keep |= set(history[-keep_history:]) if keep_history > 0 else set()
-            by_id = {r.id: r for r in revisions}
-            keep |= {by_id[i].parent.partition("@")[2] for i in list(keep) if i in by_id and by_id[i].parent}
-            for revision in revisions:
-                if revision.id not in keep:
-                    removed.append(revision)
-                    if not dry_run:
-                        trash = revision.path.with_name(f".trash.{revision.id}")
-                        os.rename(revision.path, trash)  # atomic: readers never see half a revision
-                        shutil.rmtree(trash)
+            with self.catalogue.write() as conn:
+                revisions = [self._revision(policy, rid, meta) for rid, meta in self.catalogue.rows(policy)]
+                keep = {r.id for r in revisions[-keep_last:]} if keep_last > 0 else set()
+                keep |= set(self.catalogue.aliases(policy, conn).values())
+                for history in self.catalogue.histories(policy, conn).values():
+                    keep |= set(history[-keep_history:]) if keep_history > 0 else set()
+                by_id = {r.id: r for r in revisions}
+                keep |= {by_id[i].parent.partition("@")[2] for i in list(keep) if i in by_id and by_id[i].parent}
+                going = [r for r in revisions if r.id not in keep]
+                if not dry_run:
+                    self.catalogue.delete(conn, policy, [r.id for r in going])
+            removed += going
+            if not dry_run:
+                for revision in going:
+                    _remove_folder(revision.path)
+                self._sweep(policy)
         return removed
 
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _load(self, policy: str, path: Path) -> Revision:
-        meta = json.loads((path / REVISION_META).read_text())
-        return Revision(policy=policy, id=path.name, path=path, meta=meta)
+    def _revision(self, policy: str, revision_id: str, meta: dict[str, Any]) -> Revision:
+        return Revision(policy=policy, id=revision_id, path=self.root / policy / "revisions" / revision_id, meta=meta)
 
-    def _read_refs(self, policy: str) -> dict[str, Any]:
-        path = self.root / _check_name("policy", policy) / "refs.json"
-        refs = json.loads(path.read_text()) if path.is_file() else {}
-        return {"aliases": refs.get("aliases", {}), "history": refs.get("history", {})}
-
-    @contextmanager
-    def _refs(self, policy: str) -> Iterator[dict[str, Any]]:
-        """`refs.json` for read-modify-write under an exclusive lock; written back atomically."""
-        folder = self.root / policy
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            refs = self._read_refs(policy)
-            yield refs
-            write_json_atomic(folder / "refs.json", refs)
+    def _sweep(self, policy: str) -> None:
+        """Remove folders of `policy` no index row names and no save can still be writing."""
+        folder = self.root / policy / "revisions"
+        if not folder.is_dir():
+            return
+        cutoff = time.time() - ORPHAN_AGE_S
+        for path in folder.iterdir():
+            try:
+                old = path.stat().st_mtime < cutoff
+            except FileNotFoundError:
+                continue
+            if old and (path.name.startswith(".") or self.catalogue.row(policy, path.name) is None):
+                _remove_folder(path)
 
 
-def _move_alias(refs: dict[str, Any], alias: str, revision_id: str) -> None:
-    if refs["aliases"].get(alias) == revision_id:
+def _remove_folder(path: Path) -> None:
+    """Rename aside, then delete: a reader holding the path sees the whole folder or none of it."""
+    trash = path.with_name(f".trash.{path.name.lstrip('.')}.{os.getpid()}")
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
         return
-    refs["aliases"][alias] = revision_id
-    history = refs["history"].setdefault(alias, [])
-    history.append(revision_id)
-    del history[:-HISTORY_LENGTH]
+    shutil.rmtree(trash, ignore_errors=True)

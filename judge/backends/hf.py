@@ -131,17 +131,44 @@ class TransformersBackend:
 
     def load_adapter(self, name: str, path: str) -> None:
         """Load the PEFT adapter folder `path` under `name`; the base weights stay where they are."""
+        self.install_adapter(name, path, self.stage_adapter(name, path))
+
+    def stage_adapter(self, name: str, path: str) -> tuple[Any, dict[str, Any]]:
+        """The half of a load that does not touch the model (config and tensors read from `path`, on the
+        model's device): safe on another thread while this backend generates."""
+        from peft import PeftConfig
+        from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
+        from peft.utils import load_peft_weights
+
+        config = PEFT_TYPE_TO_CONFIG_MAPPING[PeftConfig._get_peft_type(path)].from_pretrained(path)
+        return config, load_peft_weights(path, device=str(self.loaded.model.device))
+
+    def install_adapter(self, name: str, path: str, staged: tuple[Any, dict[str, Any]]) -> None:
+        """Put an adapter `stage_adapter` read under `name` (model thread): into a free compatible slot in
+        place (a tensor copy), else into a new slot."""
         from peft import PeftModel
-        from peft.utils.hotswap import hotswap_adapter
+        from peft.utils.hotswap import (
+            _insert_adapter_name_into_state_dict,
+            check_hotswap_configs_compatible,
+            hotswap_adapter_from_state_dict,
+        )
+        from peft.utils.peft_types import PeftType
 
         if name in self._slots:
             raise ValueError(f"an adapter named {name!r} is already loaded; load a new revision under a new name")
+        config, state_dict = staged
         model = self.loaded.model
-        while self._free_slots:
+        while self._free_slots and config.peft_type == PeftType.LORA:
             slot = self._free_slots.pop()
             try:
-                model.set_adapter(slot)  # hotswap checks compatibility against the active adapter
-                hotswap_adapter(model, path, adapter_name=slot, torch_device=str(model.device))
+                model.set_adapter(slot)
+                check_hotswap_configs_compatible(model.active_peft_config, config)
+                hotswap_adapter_from_state_dict(
+                    model,
+                    _insert_adapter_name_into_state_dict(state_dict, adapter_name=slot, parameter_prefix="lora_"),
+                    adapter_name=slot,
+                    config=config,
+                )
             except Exception:  # an incompatible (or half-swapped) slot is dropped, not reused
                 model.delete_adapter(slot)
                 continue

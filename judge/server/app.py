@@ -22,7 +22,10 @@ counted in `/metrics` (`mrjudge_rewards_total{outcome}`).
 With an adapter store (`ServerConfig.adapter_store`), a request's `"model": "policy@prod"` (or
 `policy@<revision>`) picks a LoRA revision over the resident base. The name is resolved when the request
 arrives and the revision is pinned until it is answered, so promoting or rolling back never changes the
-revision of a request in flight; new revisions are hot-loaded by the batch worker between batches.
+revision of a request in flight. A cold revision is loaded by the pool's background loader while
+resident ones keep being served: the request waits for its load (`mrjudge_queue_wait_seconds{cause=
+"adapter_load"}`), then joins the batch queue (`cause="batch"`); the batch worker installs it between
+batches, and each batch runs one backend call per adapter.
 """
 
 from __future__ import annotations
@@ -266,7 +269,7 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float | None = 
     return b"".join(chunks)
 
 
-def make_pool(judge: Judge, config: ServerConfig) -> AdapterPool | None:
+def make_pool(judge: Judge, config: ServerConfig, metrics: Metrics | None = None) -> AdapterPool | None:
     """The adapter pool over `judge`'s backend when the config names a store (checked at start-up)."""
     if config.adapter_store is None:
         return None
@@ -285,7 +288,11 @@ def make_pool(judge: Judge, config: ServerConfig) -> AdapterPool | None:
 
         fingerprint = base_fingerprint(loaded.model)
     return AdapterPool(
-        backend, AdapterStore(config.adapter_store), base_fingerprint=fingerprint, capacity=config.max_adapters
+        backend,
+        AdapterStore(config.adapter_store),
+        base_fingerprint=fingerprint,
+        capacity=config.max_adapters,
+        on_load=metrics.adapter_loaded if metrics is not None else None,
     )
 
 
@@ -350,9 +357,36 @@ async def _disconnected(request: Request) -> None:
         await asyncio.sleep(0.05)  # a stray empty body message: keep listening
 
 
+async def _adapter_ready(state: Any, adapter: Revision | None, timeout_s: float) -> float:
+    """Wait until `adapter` can be served without a stall: at once if resident, else until the pool's
+    background loader has staged it. Returns the seconds waited (the request's `adapter_load` wait)."""
+    pool: AdapterPool | None = state.adapters
+    if adapter is None or pool is None:
+        return 0.0
+    future = pool.prepare(adapter)
+    state.metrics.adapter_request("resident" if future is None else "cold")
+    if future is None:
+        return 0.0
+    start = time.perf_counter()
+    state.metrics.load_wait(+1)
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout_s)
+    except asyncio.TimeoutError:
+        raise JobTimeout(f"adapter {adapter.ref} did not load within {timeout_s:g} s") from None
+    except Exception as exc:  # noqa: BLE001 - any load failure: the request is told, the server goes on
+        raise WireError(
+            503, "model", f"adapter {adapter.ref} failed to load: {exc}", "adapter_load_failed", {"Retry-After": "5"}
+        ) from None
+    finally:
+        state.metrics.load_wait(-1)
+    waited = time.perf_counter() - start
+    state.metrics.waited("adapter_load", waited)
+    return waited
+
+
 async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, field: str) -> Any:
-    """Check the work budget, decode the images, queue `work` for the judge and wait for it while
-    watching the client; the batcher's refusals become 503 / 504 envelopes."""
+    """Check the work budget, decode the images, wait for a cold adapter to load, queue `work` for the judge
+    and wait for it while watching the client; the batcher's refusals become 503 / 504 envelopes."""
     state = request.app.state
     config: ServerConfig = state.config
     if cost > config.max_request_items:
@@ -364,7 +398,15 @@ async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, fie
             "too_large",
         )
     await run_in_threadpool(decode_images, work, state.decode_max_pixels)
-    job = asyncio.ensure_future(state.batcher.submit(work, cost, config.request_timeout_s))
+
+    async def ready_then_submit() -> Any:
+        load_s = await _adapter_ready(state, work.adapter, config.request_timeout_s)
+        done = await state.batcher.submit(work, cost, max(0.001, config.request_timeout_s - load_s))
+        state.metrics.waited("batch", done.queue_ms / 1000)
+        done.load_ms = 1000 * load_s
+        return done
+
+    job = asyncio.ensure_future(ready_then_submit())
     watch = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -388,6 +430,8 @@ async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, fie
         raise WireError(503, "", f"{exc}; retry later", "overloaded", {"Retry-After": str(exc.retry_after_s)}) from None
     except (ShuttingDown, BatchStopped) as exc:
         raise WireError(503, "", str(exc), "shutting_down", {"Retry-After": "5"}) from None
+    except WireError:
+        raise
     except JobTimeout as exc:
         state.metrics.cancelled("timeout")
         raise WireError(504, "", f"{exc} (request_timeout_s); its remaining work was cancelled", "timeout") from None
@@ -398,6 +442,7 @@ async def _submit(request: Request, work: JudgeWork | RewardWork, cost: int, fie
 def _timing(start: float, done: Any) -> dict[str, float]:
     total = 1000 * (time.perf_counter() - start)
     return {
+        "adapter_load_ms": round(done.load_ms, 3),
         "queue_ms": round(done.queue_ms, 3),
         "judge_ms": round(done.judge_ms, 3),
         "total_ms": round(total, 3),
@@ -418,7 +463,9 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     """
     config = config or ServerConfig()
     metrics = Metrics()
-    pool = make_pool(judge, config)
+    pool = make_pool(judge, config, metrics)
+    if pool is not None:
+        metrics.adapter_counts = pool.counts
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -441,6 +488,8 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
             # uvicorn has drained (or, past its graceful timeout, cancelled) the requests; what is left of the
             # shutdown grace goes to finishing queued work, then the rest is cancelled.
             await batcher.stop(timeout_s=CANCEL_GRACE_S)
+            if pool is not None:
+                pool.close()
 
     app = FastAPI(title="mr-judge reward server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.judge = judge
@@ -587,6 +636,8 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
             "resident": pool.resident(),
             "loads": pool.loads,
             "evictions": pool.evictions,
+            "load_failures": pool.load_failures,
+            **{f"{state}_count": n for state, n in pool.counts().items()},
         }
 
     return app

@@ -85,6 +85,8 @@ class Done:
     judge_ms: float
     batch_requests: int
     batch_items: int
+    load_ms: float = 0.0
+    """Time spent waiting for a cold adapter before queueing (set by the server)."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 __all__ = ["Histogram", "Metrics"]
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+LOAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -73,6 +74,30 @@ class Metrics:
         self.batch_requests = Histogram(BATCH_BUCKETS)
         self.latency: dict[str, Histogram] = {}
         self.queue_depth = queue_depth or (lambda: 0)
+        # Adapters (a server with an adapter store): where requests' waiting time went, and the loads.
+        self.adapter_counts: Callable[[], dict[str, int]] | None = None
+        self.adapter_requests: dict[str, int] = defaultdict(int)
+        self.adapter_load = Histogram(LOAD_BUCKETS)
+        self.queue_wait: dict[str, Histogram] = {}
+        self.load_waiting = 0
+
+    def adapter_request(self, state: str) -> None:
+        """A request naming an adapter that was `resident` (or staged) on arrival, or `cold`."""
+        with self._lock:
+            self.adapter_requests[state] += 1
+
+    def adapter_loaded(self, seconds: float) -> None:
+        with self._lock:
+            self.adapter_load.observe(seconds)
+
+    def waited(self, cause: str, seconds: float) -> None:
+        """Time a request spent queued, by cause: `adapter_load` (its adapter was cold) or `batch`."""
+        with self._lock:
+            self.queue_wait.setdefault(cause, Histogram(LOAD_BUCKETS)).observe(seconds)
+
+    def load_wait(self, delta: int) -> None:
+        with self._lock:
+            self.load_waiting += delta
 
     def request(self, endpoint: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -158,4 +183,32 @@ class Metrics:
             ]
             for endpoint, histogram in sorted(self.latency.items()):
                 out += histogram.lines("mrjudge_request_latency_seconds", [("endpoint", endpoint)])
+            out += [
+                "# HELP mrjudge_queue_wait_seconds Time a request waited before the judge ran it, by cause: "
+                "adapter_load (its adapter was cold) or batch (the batch queue).",
+                "# TYPE mrjudge_queue_wait_seconds histogram",
+            ]
+            for cause, histogram in sorted(self.queue_wait.items()):
+                out += histogram.lines("mrjudge_queue_wait_seconds", [("cause", cause)])
+            if self.adapter_counts is not None:
+                counts = self.adapter_counts()
+                out += [
+                    "# HELP mrjudge_adapters Adapters by state: resident (loaded over the base), loading (the "
+                    "background loader has them), staged (loaded, awaiting their install between batches).",
+                    "# TYPE mrjudge_adapters gauge",
+                    *(f"mrjudge_adapters{_labels([('state', k)])} {v}" for k, v in sorted(counts.items())),
+                    "# HELP mrjudge_adapter_load_waiting Requests waiting for their adapter to load.",
+                    "# TYPE mrjudge_adapter_load_waiting gauge",
+                    f"mrjudge_adapter_load_waiting {self.load_waiting}",
+                    "# HELP mrjudge_adapter_requests_total Requests naming an adapter, by its state on arrival "
+                    "(resident or cold).",
+                    "# TYPE mrjudge_adapter_requests_total counter",
+                    *(
+                        f"mrjudge_adapter_requests_total{_labels([('state', k)])} {v}"
+                        for k, v in sorted(self.adapter_requests.items())
+                    ),
+                    "# HELP mrjudge_adapter_load_seconds Time the background loader took per cold adapter.",
+                    "# TYPE mrjudge_adapter_load_seconds histogram",
+                    *self.adapter_load.lines("mrjudge_adapter_load_seconds"),
+                ]
         return "\n".join(out) + "\n"
