@@ -186,7 +186,7 @@ def test_reference_f1():
 
 def test_a_judge_rewarded_policy_beside_a_local_one(tiny_lm_dir, tmp_path, prompts):
     """`reward: judge` scores through a reward server over loopback HTTP (the stand-in rule judge)."""
-    from tests.judge.test_reward_fn import _fresh_state, make_reward_app
+    from tests.judge.test_policy_reward import _fresh_state, make_reward_app
     from tests.support.openai_server import serve
 
     state = _fresh_state()

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from training.rewards import completion_text
+from judge.reward_inputs import completion_text
 
 __all__ = ["reference_f1", "resolve_reward"]
 
@@ -46,7 +46,7 @@ def resolve_reward(spec: Any) -> Callable[..., list]:
     """The policy's reward callable: `module:callable` imported (a class or factory is called with
     `reward_kwargs`), or, for `reward: judge`, the judge reward function pointed at `judge_server_url`."""
     if spec.reward == "judge":
-        from judge.reward_fn import JudgeRewardFunction
+        from judge.policy_reward import JudgeRewardFunction
         from training.policy import TEXT_POLICY_IMAGE_COLUMN
 
         return JudgeRewardFunction(
