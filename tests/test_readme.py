@@ -67,6 +67,10 @@ SKIP: list[tuple[str, str]] = [
         "tests/ray/test_synthesis.py runs it on a local Ray and compares every file with the local run",
     ),
     (r"mrjudge train (sft|grpo|policy) .*", "training takes minutes on a CPU; tests/training covers the recipes"),
+    (
+        r"mrjudge train policies --config configs/policies_tiny\.yaml .*",
+        "tests/training/test_multi_policy.py runs the command from a YAML config with overrides",
+    ),
     (r"mrjudge synth (records|negatives|describe|assemble|distill|world) .*", "on your own data and model servers"),
     (
         r"mrjudge synth all --config configs/synth_qwen2_5_vl\.yaml",
