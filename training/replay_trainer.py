@@ -13,7 +13,7 @@ options whose loss does not split into per-completion terms (`top_entropy_quanti
 MoE load-balancing loss, `loss_type=vespo`), fp16 loss scaling, DeepSpeed and FSDP (they own the backward).
 Plain DDP works: replay's backward passes bypass DDP's hooks, and the gradients are averaged across
 processes at each accumulation boundary. `replay_prompt_chunk=N` runs each prompt in chunks of N tokens
-and back-propagates them last to first (`training.replay_chunked`): same gradient, one chunk's activations.
+and back-propagates them last to first (`training.replay.chunked`): same gradient, one chunk's activations.
 """
 
 from __future__ import annotations

@@ -584,7 +584,7 @@ trainer = ReplayGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), ar
                             reward_funcs=[lambda completions, **kw: [len(c[0]["content"]) % 5 / 4 for c in completions]],
                             train_dataset=data, processing_class=tokenizer)
 trainer.args.replay_prompt_chunk = prompt_chunk
-from training import replay_chunked
+from training.replay import chunked as replay_chunked
 chunked_states, chunked_state = [], replay_chunked.chunked_prompt_state
 replay_chunked.chunked_prompt_state = lambda *a, **k: chunked_states.append(1) or chunked_state(*a, **k)
 world = dist.get_world_size()

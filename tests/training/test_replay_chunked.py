@@ -28,7 +28,7 @@ from training.replay import (
     replay_backward,
     replay_token_logps,
 )
-from training.replay_chunked import chunk_bounds, chunked_prompt_state
+from training.replay.chunked import chunk_bounds, chunked_prompt_state
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -128,7 +128,7 @@ def test_chunked_lora_dropout_replays_each_chunks_masks(tiny_lm_dir, lm_batch):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from training.replay_chunked import chunked_prompt_backward
+    from training.replay.chunked import chunked_prompt_backward
 
     base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
     model = get_peft_model(base, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"])).train()
@@ -235,7 +235,7 @@ def test_trainer_with_prompt_chunks_equals_trl_compute_loss(tiny_vlm_dir, tmp_pa
     from trl import GRPOTrainer
 
     from tests.training.test_replay import COS_MIN, REL_MAX, trainer
-    from training import replay_chunked
+    from training.replay import chunked as replay_chunked
 
     chunk_counts: list[int] = []
     original = replay_chunked.chunked_prompt_state

@@ -695,7 +695,7 @@ def check_replay_exact(
         full = policy.backbone(input_ids=ids, use_cache=False).last_hidden_state[:, prompt_length - 1 : -1]
         prompt = _prompt_inputs(policy, batch, 0)
         if prompt_chunk:
-            from training.replay_chunked import chunked_prompt_state
+            from training.replay.chunked import chunked_prompt_state
 
             state = chunked_prompt_state(policy, prompt, prompt_chunk).prompt_state(prompt, device)
         else:
@@ -786,7 +786,7 @@ def replay_backward(
         checkpoint_prompt: checkpoint each layer in the prompt's recomputation (c), holding layer inputs
             instead of all activations; default: whether the model has gradient checkpointing on.
         prompt_chunk: > 0 runs the prompt in chunks of this many tokens and back-propagates chunk by chunk
-            (`training.replay_chunked`): the same gradient, one chunk's activations; 0 runs it in one piece.
+            (`training.replay.chunked`): the same gradient, one chunk's activations; 0 runs it in one piece.
         offload_prompt_state: with `prompt_chunk`, keep the per-chunk linear-attention states in (pinned) CPU
             memory between uses.
 
@@ -821,7 +821,7 @@ def replay_backward(
             prompt = _prompt_inputs(policy, batch, group[0])
             chunked = None
             if 0 < prompt_chunk < prompt["ids"].size(1) - 1:
-                from training.replay_chunked import chunked_prompt_state
+                from training.replay.chunked import chunked_prompt_state
 
                 with torch.no_grad():  # (a), chunk by chunk
                     chunked = chunked_prompt_state(policy, prompt, prompt_chunk, offload=offload_prompt_state)
@@ -850,7 +850,7 @@ def replay_backward(
             if all(g is None for g in grads):
                 continue
             if chunked is not None:
-                from training.replay_chunked import chunked_prompt_backward
+                from training.replay.chunked import chunked_prompt_backward
 
                 chunked_prompt_backward(policy, chunked, grads, checkpoint_prompt)  # (c), last chunk to first
                 del chunked, grads
@@ -901,7 +901,7 @@ def replay_token_logps(
         for group in groups:
             prompt = _prompt_inputs(policy, batch, group[0])
             if 0 < prompt_chunk < prompt["ids"].size(1) - 1:
-                from training.replay_chunked import chunked_prompt_state
+                from training.replay.chunked import chunked_prompt_state
 
                 state = chunked_prompt_state(policy, prompt, prompt_chunk).prompt_state(prompt, device)
             else:
