@@ -229,16 +229,17 @@ def test_lora_dropout_uses_the_same_masks_for_the_prompt_twice(tiny_lm_dir, lm_b
             nn.init.normal_(p, std=0.05)
     rows = ReplayBatch(lm_batch.prompt_ids[[0, 2]], lm_batch.prompt_mask[[0, 2]], lm_batch.completion_ids[[0, 2]],
                        lm_batch.completion_mask[[0, 2]])  # fmt: skip
-    from training import replay
+    from training.replay.model import _resolve, _RngReplay
+    from training.replay.state import _prompt_inputs, _prompt_state
 
-    policy = replay._resolve(model)
-    prompt = replay._prompt_inputs(policy, rows, 0)
-    rng = replay._RngReplay(torch.device("cpu"))
+    policy = _resolve(model)
+    prompt = _prompt_inputs(policy, rows, 0)
+    rng = _RngReplay(torch.device("cpu"))
     with torch.no_grad():
-        first = replay._prompt_state(policy, prompt).flat()
+        first = _prompt_state(policy, prompt).flat()
     torch.rand(100)  # the branches draw from the generator in between
     with rng.replay():
-        again = replay._prompt_state(policy, prompt).flat()
+        again = _prompt_state(policy, prompt).flat()
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 

@@ -30,16 +30,10 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from training.replay import (
-    ReplayUnsupportedError,
-    _checkpointed_layers,
-    _new_cache,
-    _Policy,
-    _PromptState,
-    _RecordingLinearLayer,
-    _ReplayLinearLayer,
-    _RngReplay,
-)
+from training.replay.cache import _new_cache, _RecordingLinearLayer, _ReplayLinearLayer
+from training.replay.errors import ReplayUnsupportedError
+from training.replay.model import _checkpointed_layers, _Policy, _RngReplay
+from training.replay.state import _PromptState
 
 __all__ = ["chunk_bounds", "chunked_prompt_backward", "chunked_prompt_state"]
 
