@@ -305,11 +305,15 @@ def test_replay_gradient_equals_the_plain_loss_with_images(tiny_vlm_dir):
 
 
 class SavedBytes:
-    """Peak bytes of activations autograd holds at once (parameters excluded): CPU memory without the noise."""
+    """Peak bytes of activations autograd holds at once (parameters excluded): CPU memory without the noise.
+
+    A storage saved several times (one mask shared by every layer, one buffer behind many views) counts once.
+    """
 
     def __init__(self, model: nn.Module) -> None:
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self.live = self.peak = 0
+        self.holders: dict[int, int] = {}
 
     def __enter__(self) -> SavedBytes:
         meter = self
@@ -319,11 +323,17 @@ class SavedBytes:
                 # Detached: a saved *output* held with its grad_fn would be a reference cycle autograd never frees
                 # (the parts of a graph backward does not reach, e.g. the last layer's MLP of a prompt pass).
                 self.t, self.n = t.detach(), t.untyped_storage().nbytes()
-                meter.live += self.n
-                meter.peak = max(meter.peak, meter.live)
+                self.ptr = t.untyped_storage().data_ptr()
+                meter.holders[self.ptr] = meter.holders.get(self.ptr, 0) + 1
+                if meter.holders[self.ptr] == 1:
+                    meter.live += self.n
+                    meter.peak = max(meter.peak, meter.live)
 
             def __del__(self) -> None:
-                meter.live -= self.n
+                meter.holders[self.ptr] -= 1
+                if not meter.holders[self.ptr]:
+                    del meter.holders[self.ptr]
+                    meter.live -= self.n
 
         def pack(t: torch.Tensor):
             return t if t.untyped_storage().data_ptr() in self.params else Held(t)

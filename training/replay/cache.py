@@ -6,6 +6,7 @@ Full-attention layers hold keys/values (`DynamicLayer`), linear-attention layers
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,6 +15,38 @@ from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
 
 from training.replay.errors import ReplayUnsupportedError
 from training.replay.model import _Policy
+
+
+class _Append(torch.autograd.Function):
+    """The earlier keys followed by the new ones, as a view of one buffer: no copy (a later chunk, or a branch).
+
+    Forward writes the new keys into their slot of the buffer (the earlier positions already hold the earlier
+    chunks' or the prompt's); backward adds the gradient on the earlier positions straight into their
+    accumulator (no leaf, no prefix-sized gradient) and passes the rest to the new keys.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, new: torch.Tensor, slot: _Slot) -> torch.Tensor:
+        ctx.slot = slot
+        slot.buffer[..., slot.start : slot.end, :].copy_(new)
+        return slot.buffer[..., : slot.end, :]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        slot = ctx.slot
+        if slot.grad is not None and slot.start:
+            slot.grad[..., : slot.start, :] += grad[..., : slot.start, :]
+        return grad[..., slot.start :, :], None
+
+
+@dataclass
+class _Slot:
+    """One layer's keys (or values) buffer for the whole prompt, the chunk's slot in it, and its accumulator."""
+
+    buffer: torch.Tensor
+    start: int
+    end: int
+    grad: torch.Tensor | None = None
 
 
 class _RecordingLayer(DynamicLayer):
@@ -80,6 +113,33 @@ class _ReplayLinearLayer(LinearAttentionLayer):
         self.recurrent_states[state_idx] = recurrent_states
         self.is_recurrent_states_initialized[state_idx] = True
         return recurrent_states
+
+
+class _BranchKVLayer(DynamicLayer):
+    """A branch's full-attention layer: the prompt's keys/values with the branch's appended in the same buffer.
+
+    The stock layer concatenates (a prefix-sized copy per layer, held and saved for backward); here the branch's
+    keys go into the room left after the prompt (`_Append`), and the gradient on the prompt's part is added
+    to the state's accumulator, so the prompt state needs no leaf copy either. One row only (the buffer has one).
+    """
+
+    def __init__(self, keys: _Slot, values: _Slot) -> None:
+        super().__init__()
+        past_k, past_v = keys.buffer[..., : keys.start, :], values.buffer[..., : values.start, :]
+        self.lazy_initialization(past_k, past_v)
+        self.keys, self.values = past_k, past_v  # what the mask's past length is read from
+        self.slots = (keys, values)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if key_states.size(0) != 1:
+            raise ValueError(f"a branch appended into the prompt buffer has one row, got {key_states.size(0)}")
+        out = []
+        for slot, new in zip(self.slots, (key_states, value_states)):
+            end = slot.start + new.size(-2)
+            if end > slot.buffer.size(-2):
+                raise ValueError(f"the branch ({new.size(-2)} tokens) overruns the room after the prompt buffer")
+            out.append(_Append.apply(new, _Slot(slot.buffer, slot.start, end, slot.grad)))
+        return out[0], out[1]
 
 
 def _new_cache(policy: _Policy, recording: bool = False) -> Any:

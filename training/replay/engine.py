@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from training.replay.attention import grouped_attention
 from training.replay.batch import ReplayBatch, find_groups
 from training.replay.logps import _branch_logps, _plain_logps
 from training.replay.loss import LossFn
@@ -108,7 +109,8 @@ def replay_backward(
         with torch.enable_grad():
             logps, ent = _plain_logps(policy, batch, rows, temperature, entropy, head_fp32)
             _backward_rows(logps, ent, rows, loss_fn, result)
-    with _no_checkpointing(policy.model):
+    room = width if branch_batch == 1 else 0  # one-row branches append into the prompt's buffers
+    with _no_checkpointing(policy.model), grouped_attention(policy.text_config):
         for group in groups:
             prompt = _prompt_inputs(policy, batch, group[0])
             chunked = None
@@ -116,12 +118,15 @@ def replay_backward(
                 from training.replay.chunked import chunked_prompt_state
 
                 with torch.no_grad():  # (a), chunk by chunk
-                    chunked = chunked_prompt_state(policy, prompt, prompt_chunk, offload=offload_prompt_state)
-                state = chunked.prompt_state(prompt, device)
+                    chunked = chunked_prompt_state(
+                        policy, prompt, prompt_chunk, offload=offload_prompt_state, room=room
+                    )
+                state = chunked.prompt_state(prompt, device, grad=True)
             else:
                 rng = _RngReplay(device)
                 with torch.no_grad():
                     state = _prompt_state(policy, prompt)  # (a)
+                    state = state.with_room(room, grad=True) if room else state
             leaves = state.leaves()
             del state
             for rows in _chunks(group, branch_batch):  # (b)
@@ -137,7 +142,7 @@ def replay_backward(
                         head_fp32,
                     )
                     _backward_rows(logps, ent, rows, loss_fn, result)
-            grads = [t.grad for t in leaves.flat()]
+            grads = leaves.grads()
             del leaves
             if all(g is None for g in grads):
                 continue
@@ -187,17 +192,20 @@ def replay_token_logps(
             ent_out[index] = ent
 
     device = batch.completion_ids.device
+    room = width if branch_batch == 1 else 0
     with torch.no_grad(), _no_checkpointing(policy.model):
         for rows in _chunks(plain_rows, branch_batch):
             put(torch.tensor(rows, device=device), *_plain_logps(policy, batch, rows, temperature, entropy, head_fp32))
+    with torch.no_grad(), _no_checkpointing(policy.model), grouped_attention(policy.text_config):
         for group in groups:
             prompt = _prompt_inputs(policy, batch, group[0])
             if 0 < prompt_chunk < prompt["ids"].size(1) - 1:
                 from training.replay.chunked import chunked_prompt_state
 
-                state = chunked_prompt_state(policy, prompt, prompt_chunk).prompt_state(prompt, device)
+                state = chunked_prompt_state(policy, prompt, prompt_chunk, room=room).prompt_state(prompt, device)
             else:
                 state = _prompt_state(policy, prompt)
+                state = state.with_room(room, grad=False) if room else state
             for rows in _chunks(group, branch_batch):
                 index = torch.tensor(rows, device=device)
                 put(

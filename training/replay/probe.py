@@ -11,6 +11,7 @@ import weakref
 import torch
 from torch import nn
 
+from training.replay.attention import grouped_attention
 from training.replay.batch import ReplayBatch
 from training.replay.cache import _new_cache
 from training.replay.errors import ReplayUnsupportedError
@@ -47,7 +48,12 @@ def check_replay_exact(
         ids[:, prompt_length:],
         torch.ones_like(ids[:, prompt_length:]),
     )
-    with torch.no_grad(), _eval_mode(policy.model), _no_checkpointing(policy.model):
+    with (
+        torch.no_grad(),
+        _eval_mode(policy.model),
+        _no_checkpointing(policy.model),
+        grouped_attention(policy.text_config),
+    ):
         full = policy.backbone(input_ids=ids, use_cache=False).last_hidden_state[:, prompt_length - 1 : -1]
         prompt = _prompt_inputs(policy, batch, 0)
         if prompt_chunk:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from training.replay.batch import ReplayBatch
-from training.replay.cache import _new_cache, _RecordingLinearLayer, _ReplayLinearLayer
+from training.replay.cache import _BranchKVLayer, _new_cache, _RecordingLinearLayer, _ReplayLinearLayer, _Slot
 from training.replay.model import _checkpointed_layers, _Policy
 
 
@@ -28,6 +28,9 @@ class _PromptState:
     last_token: torch.Tensor
     next_position: torch.Tensor
     """Text: () start position; mrope: (3,) per-section start position of the branch's first token."""
+    slots: list[list[_Slot] | None] | None = None
+    """Per full-attention layer with room after the prompt: its (keys, values) buffers and gradient accumulators,
+    which one-row branches append into (`_BranchKVLayer`) instead of concatenating; None: no room."""
 
     @classmethod
     def capture(cls, cache: Any, length: int, last_token: torch.Tensor, next_position: torch.Tensor) -> _PromptState:
@@ -48,15 +51,54 @@ class _PromptState:
     def flat(self) -> list[torch.Tensor]:
         return [t for layer in self.tensors for t in layer if t is not None]
 
+    def with_room(self, extra: int, grad: bool) -> _PromptState:
+        """The keys/values moved into buffers with `extra` free positions after the prompt (and, with `grad`,
+        zeroed accumulators for dL/dstate): one-row branches then append instead of concatenating."""
+        tensors: list[list[torch.Tensor | None]] = []
+        slots: list[list[_Slot] | None] = []
+        for kind, states in zip(self.kinds, self.tensors):
+            if kind != "kv" or states[0] is None or states[0].size(0) != 1:
+                tensors.append(states)
+                slots.append(None)
+                continue
+            views, pair = [], []
+            for t in states:
+                buffer = t.new_empty(*t.shape[:-2], self.length + extra, t.shape[-1])
+                buffer[..., : self.length, :] = t
+                views.append(buffer[..., : self.length, :])
+                pair.append(_Slot(buffer, self.length, self.length, torch.zeros_like(t) if grad else None))
+            tensors.append(views)
+            slots.append(pair)
+        return _PromptState(self.kinds, tensors, self.kernels, self.length, self.last_token, self.next_position, slots)
+
     def leaves(self) -> _PromptState:
-        """Detached copies that require grad: branches accumulate dL/dstate on them."""
-        tensors = [[None if t is None else t.detach().requires_grad_() for t in layer] for layer in self.tensors]
-        return _PromptState(self.kinds, tensors, self.kernels, self.length, self.last_token, self.next_position)
+        """Detached copies that require grad, where branches accumulate dL/dstate on them (not in a slot's)."""
+        slots = self.slots or [None] * len(self.tensors)
+        tensors = [
+            layer if slot is not None else [None if t is None else t.detach().requires_grad_() for t in layer]
+            for layer, slot in zip(self.tensors, slots)
+        ]
+        return _PromptState(
+            self.kinds, tensors, self.kernels, self.length, self.last_token, self.next_position, self.slots
+        )
+
+    def grads(self) -> list[torch.Tensor | None]:
+        """dL/dstate after the branches, in `flat()` order: the slots' accumulators, or the leaves' `.grad`."""
+        slots = self.slots or [None] * len(self.tensors)
+        out: list[torch.Tensor | None] = []
+        for layer, slot in zip(self.tensors, slots):
+            present = [t for t in layer if t is not None]
+            out += [s.grad for s in slot] if slot is not None else [t.grad for t in present]
+        return out
 
     def cache(self, policy: _Policy, batch: int) -> Any:
-        """A fresh cache over these tensors, expanded to `batch` rows (a reused cache would grow in place)."""
+        """A fresh cache over these tensors, expanded to `batch` rows (a reused cache would grow in place); with
+        room after the prompt, one row appended into its buffers."""
         cache = _new_cache(policy)
         for i, (kind, states) in enumerate(zip(self.kinds, self.tensors)):
+            if self.slots is not None and self.slots[i] is not None:
+                cache.layers[i] = _BranchKVLayer(*self.slots[i])  # one row: refuses more
+                continue
             grown = [None if t is None else t.expand(batch, *t.shape[1:]) for t in states]
             if kind == "kv":
                 layer = cache.layers[i]
