@@ -15,16 +15,20 @@ Qwen2.5's shapes for GPUs), so nothing is downloaded.
 
 Figures: `mem_growth_*` = peak at G=16 / peak at G=2; `grad_cosine`, `grad_rel_l2` between replayed and
 plain gradients (float32, all parameters); `max_prompt_*_g8` = the longest prompt whose step at G=8 peaks
-under `--mem-cap-mib`, found by doubling from `--search-start` until a step exceeds the cap (or fails to
-allocate), then bisecting to 1/8 of the last doubling; every length reported was measured to fit, and the
-next probe above it measured not to. `max_prompt_ratio_g8` = replay's over plain's.
+under `--mem-cap-mib`, found by doubling (or halving) from `--search-start` until a step exceeds the cap (or
+fails to allocate), then bisecting to 1/8 of the last doubling; every length reported was measured to fit,
+and `first_over_cap_g8` is the shortest one measured not to (on CPU a probe stops once it passes the cap).
+`max_prompt_ratio_g8` = replay's over plain's.
 
 Chunked replay (`replay_prompt_chunk`, `--prompt-chunk` tokens per chunk) is the third method: `chunked` in
 the G sweep; `by_prompt_g8` gives peak and step time of all three against prompt length at G = 8
 (`--prompt-lengths`); `max_prompt_chunked_g8` / `max_prompt_ratio_chunked_g8` (over plain's) its longest
 prompt under the same cap (its search starts at replay's longest); `grad_rel_l2_chunked`,
 `grad_cosine_chunked` its gradient against the plain one; `step_time_ratio_chunked` = chunked step time
-over replay's at the longest prompt both ran in `by_prompt_g8` (each the faster of its G = 8 runs there).
+over replay's at the longest prompt both ran in `by_prompt_g8` (each the faster of its G = 8 runs there; on
+CPU the process's CPU time, `step_cpu_s`, since other work shares the cores). `max_prompt_ratio_chunked_g8_low`
+= chunked's longest over plain's first length over the cap: a lower bound on the true ratio, which `goals` uses.
+Chunk checkpointing follows the model's gradient checkpointing unless `--chunk-checkpoint on/off`.
 `chunked_hit_search_limit`: the chunked search stopped at its limit, not at the cap (its longest prompt is
 a lower bound). `goals` checks the issue's targets. On CPU the workers run with a fixed glibc mmap threshold
 (`--mmap-threshold`), so that RSS follows live memory instead of heap left over from freed activations.
