@@ -13,7 +13,7 @@ options whose loss does not split into per-completion terms (`top_entropy_quanti
 MoE load-balancing loss, `loss_type=vespo`), fp16 loss scaling, DeepSpeed and FSDP (they own the backward).
 Plain DDP works: replay's backward passes bypass DDP's hooks, and the gradients are averaged across
 processes at each accumulation boundary. `replay_prompt_chunk=N` runs each prompt in chunks of N tokens
-and back-propagates them last to first (`training.replay_chunked`): same gradient, one chunk's activations.
+and back-propagates them last to first (`training.replay.chunked`): same gradient, one chunk's activations.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ class ReplayArguments:
     replay_branch_batch: int = field(
         default=1,
         metadata={
-            "help": "Completions replayed together; each costs a copy of the prompt's keys and values, so keep it "
-            "small for long prompts (1-2) and raise it for speed on short ones."
+            "help": "Completions replayed together. 1 appends each completion into the prompt's key/value buffer "
+            "(no copy); more than 1 costs a copy of the prompt's keys and values per completion, so keep 1 for "
+            "long prompts and raise it for speed on short ones."
         },
     )
     replay_prompt_chunk: int = field(
@@ -62,7 +63,8 @@ class ReplayArguments:
         metadata={
             "help": "Run each shared prompt in chunks of this many tokens and back-propagate chunk by chunk (last "
             "to first): the same gradient, with one chunk's activations plus the prompt's keys/values held "
-            "instead of the whole prompt's activations, for prompts past the activation wall. 0 runs the "
+            "instead of the whole prompt's activations, for prompts past the activation wall. Each chunk's "
+            "recomputation checkpoints its layers when the model has gradient checkpointing on. 0 runs the "
             "prompt in one piece."
         },
     )

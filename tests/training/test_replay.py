@@ -229,16 +229,17 @@ def test_lora_dropout_uses_the_same_masks_for_the_prompt_twice(tiny_lm_dir, lm_b
             nn.init.normal_(p, std=0.05)
     rows = ReplayBatch(lm_batch.prompt_ids[[0, 2]], lm_batch.prompt_mask[[0, 2]], lm_batch.completion_ids[[0, 2]],
                        lm_batch.completion_mask[[0, 2]])  # fmt: skip
-    from training import replay
+    from training.replay.model import _resolve, _RngReplay
+    from training.replay.state import _prompt_inputs, _prompt_state
 
-    policy = replay._resolve(model)
-    prompt = replay._prompt_inputs(policy, rows, 0)
-    rng = replay._RngReplay(torch.device("cpu"))
+    policy = _resolve(model)
+    prompt = _prompt_inputs(policy, rows, 0)
+    rng = _RngReplay(torch.device("cpu"))
     with torch.no_grad():
-        first = replay._prompt_state(policy, prompt).flat()
+        first = _prompt_state(policy, prompt).flat()
     torch.rand(100)  # the branches draw from the generator in between
     with rng.replay():
-        again = replay._prompt_state(policy, prompt).flat()
+        again = _prompt_state(policy, prompt).flat()
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
@@ -304,11 +305,15 @@ def test_replay_gradient_equals_the_plain_loss_with_images(tiny_vlm_dir):
 
 
 class SavedBytes:
-    """Peak bytes of activations autograd holds at once (parameters excluded): CPU memory without the noise."""
+    """Peak bytes of activations autograd holds at once (parameters excluded): CPU memory without the noise.
+
+    A storage saved several times (one mask shared by every layer, one buffer behind many views) counts once.
+    """
 
     def __init__(self, model: nn.Module) -> None:
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self.live = self.peak = 0
+        self.holders: dict[int, int] = {}
 
     def __enter__(self) -> SavedBytes:
         meter = self
@@ -318,11 +323,17 @@ class SavedBytes:
                 # Detached: a saved *output* held with its grad_fn would be a reference cycle autograd never frees
                 # (the parts of a graph backward does not reach, e.g. the last layer's MLP of a prompt pass).
                 self.t, self.n = t.detach(), t.untyped_storage().nbytes()
-                meter.live += self.n
-                meter.peak = max(meter.peak, meter.live)
+                self.ptr = t.untyped_storage().data_ptr()
+                meter.holders[self.ptr] = meter.holders.get(self.ptr, 0) + 1
+                if meter.holders[self.ptr] == 1:
+                    meter.live += self.n
+                    meter.peak = max(meter.peak, meter.live)
 
             def __del__(self) -> None:
-                meter.live -= self.n
+                meter.holders[self.ptr] -= 1
+                if not meter.holders[self.ptr]:
+                    del meter.holders[self.ptr]
+                    meter.live -= self.n
 
         def pack(t: torch.Tensor):
             return t if t.untyped_storage().data_ptr() in self.params else Held(t)
@@ -584,7 +595,7 @@ trainer = ReplayGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), ar
                             reward_funcs=[lambda completions, **kw: [len(c[0]["content"]) % 5 / 4 for c in completions]],
                             train_dataset=data, processing_class=tokenizer)
 trainer.args.replay_prompt_chunk = prompt_chunk
-from training import replay_chunked
+from training.replay import chunked as replay_chunked
 chunked_states, chunked_state = [], replay_chunked.chunked_prompt_state
 replay_chunked.chunked_prompt_state = lambda *a, **k: chunked_states.append(1) or chunked_state(*a, **k)
 world = dist.get_world_size()

@@ -30,50 +30,12 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from training.replay import (
-    ReplayUnsupportedError,
-    _checkpointed_layers,
-    _new_cache,
-    _Policy,
-    _PromptState,
-    _RecordingLinearLayer,
-    _ReplayLinearLayer,
-    _RngReplay,
-)
+from training.replay.cache import _Append, _new_cache, _RecordingLinearLayer, _ReplayLinearLayer, _Slot
+from training.replay.errors import ReplayUnsupportedError
+from training.replay.model import _checkpointed_layers, _Policy, _RngReplay
+from training.replay.state import _PromptState
 
 __all__ = ["chunk_bounds", "chunked_prompt_backward", "chunked_prompt_state"]
-
-
-class _Append(torch.autograd.Function):
-    """The earlier chunks' keys followed by this chunk's, as a view of the whole-prompt buffer: no copy.
-
-    Forward writes the chunk's keys into its slot of the buffer (the earlier slots already hold the earlier
-    chunks'); backward adds the gradient on the earlier slots straight into their accumulator (no leaf, no
-    prefix-sized gradient) and passes the rest to the chunk's keys.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, new: torch.Tensor, slot: _Slot) -> torch.Tensor:
-        ctx.slot = slot
-        slot.buffer[..., slot.start : slot.end, :].copy_(new)
-        return slot.buffer[..., : slot.end, :]
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        slot = ctx.slot
-        if slot.grad is not None and slot.start:
-            slot.grad[..., : slot.start, :] += grad[..., : slot.start, :]
-        return grad[..., slot.start :, :], None
-
-
-@dataclass
-class _Slot:
-    """One layer's keys (or values) buffer for the whole prompt, the chunk's slot in it, and its accumulator."""
-
-    buffer: torch.Tensor
-    start: int
-    end: int
-    grad: torch.Tensor | None = None
 
 
 class _ChunkKVLayer(DynamicLayer):
@@ -232,8 +194,11 @@ class ChunkedState:
     chunks: list[_Chunk]
     kinds: list[str]
     kernels: list[list[int | None]]
+    length: int = 0
+    """Tokens in prompt[:-1]."""
     kv: dict[int, list[torch.Tensor]] = field(default_factory=dict)
-    """Layer -> [keys, values] of the whole prompt[:-1], (1, heads, length, dim)."""
+    """Layer -> [keys, values] buffers, (1, heads, length + room, dim): the whole prompt[:-1], then room for a
+    one-row branch to append into."""
     boundaries: list[dict[int, list[torch.Tensor | None]]] = field(default_factory=list)
     """Per chunk: layer -> its linear-attention state at the chunk's end (conv…, recurrent…)."""
     offload: torch.device | None = None
@@ -259,19 +224,31 @@ class ChunkedState:
             out.append(states)
         return out
 
-    def prompt_state(self, prompt: dict[str, Any], device: torch.device) -> _PromptState:
-        """What the branches read: all keys/values, the linear states at the last chunk's end."""
-        last = len(self.chunks) - 1
+    def prompt_state(self, prompt: dict[str, Any], device: torch.device, grad: bool = False) -> _PromptState:
+        """What the branches read: all keys/values, the linear states at the last chunk's end. With room after
+        the prompt in the buffers, the branches append there (with `grad`, into zeroed accumulators)."""
+        last, n = len(self.chunks) - 1, self.length
         tensors = [
-            self.kv[i] if kind == "kv" else [None if t is None else t.to(device) for t in self.boundaries[last][i]]
+            [t[..., :n, :] for t in self.kv[i]]
+            if kind == "kv"
+            else [None if t is None else t.to(device) for t in self.boundaries[last][i]]
             for i, kind in enumerate(self.kinds)
         ]
-        length = prompt["ids"].size(1) - 1
-        return _PromptState(self.kinds, tensors, self.kernels, length, prompt["ids"][:, -1], prompt["next_position"])
+        room = any(t.size(-2) > n for pair in self.kv.values() for t in pair)
+        slots = [
+            [_Slot(t, n, n, torch.zeros_like(t[..., :n, :]) if grad else None) for t in self.kv[i]]
+            if kind == "kv" and room
+            else None
+            for i, kind in enumerate(self.kinds)
+        ]
+        return _PromptState(self.kinds, tensors, self.kernels, n, prompt["ids"][:, -1], prompt["next_position"],
+                            slots if room else None)  # fmt: skip
 
 
-def chunked_prompt_state(policy: _Policy, prompt: dict[str, Any], size: int, *, offload: bool = False) -> ChunkedState:
-    """Step (a): prompt[:-1] forward in chunks (call it under `torch.no_grad()`), keeping each chunk's state."""
+def chunked_prompt_state(policy: _Policy, prompt: dict[str, Any], size: int, *, offload: bool = False,
+                         room: int = 0) -> ChunkedState:  # fmt: skip
+    """Step (a): prompt[:-1] forward in chunks (call it under `torch.no_grad()`), keeping each chunk's state;
+    `room` free positions after the prompt in the key/value buffers for one-row branches to append into."""
     chunks = _plan(policy, prompt, size)
     device = prompt["ids"].device
     state: ChunkedState | None = None
@@ -282,10 +259,10 @@ def chunked_prompt_state(policy: _Policy, prompt: dict[str, Any], size: int, *, 
         kinds, kernels, own = _run_chunk(policy, chunk, past, state and state.kinds, state and state.kernels)
         if state is None:
             where = torch.device("cpu") if offload and device.type != "cpu" else None
-            state = ChunkedState(chunks, kinds, kernels, offload=where)
+            state = ChunkedState(chunks, kinds, kernels, length, offload=where)
             for i, kind in enumerate(kinds):
                 if kind == "kv":  # the whole prompt's keys/values, filled chunk by chunk (no re-concatenation)
-                    state.kv[i] = [t.new_empty(*t.shape[:-2], length, t.shape[-1]) for t in own[i]]
+                    state.kv[i] = [t.new_empty(*t.shape[:-2], length + room, t.shape[-1]) for t in own[i]]
         boundary: dict[int, list[torch.Tensor | None]] = {}
         for i, kind in enumerate(kinds):
             if kind == "kv":
@@ -312,7 +289,8 @@ def chunked_prompt_backward(policy: _Policy, state: ChunkedState, grads: list[to
     for i, kind in enumerate(state.kinds):
         if kind == "kv":
             kv_grad[i] = [
-                g if g is not None else torch.zeros_like(t) for g, t in zip((next(flat), next(flat)), state.kv[i])
+                g if g is not None else torch.zeros_like(t[..., : state.length, :])
+                for g, t in zip((next(flat), next(flat)), state.kv[i])
             ]
         else:
             linear_grad[i] = [None if t is None else next(flat) for t in last[i]]
