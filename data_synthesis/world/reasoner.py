@@ -7,7 +7,7 @@ import difflib
 from data_synthesis.world.facts import _TOKEN
 from data_synthesis.world.questions import _answer
 from data_synthesis.world.scene import Scene, Task
-from data_synthesis.world.styles import reasoner_style
+from data_synthesis.world.styles import Evidence, reasoner_style
 from judge.prompt import option_letters
 
 
@@ -26,15 +26,14 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     tokens = [_TOKEN.findall(o) for o in options]
     low = [x.lower() for x in truth]
     exact = [i for i, t in enumerate(tokens) if [x.lower() for x in t] == low]
+    evidence = Evidence(scene, task, letters, truth, tokens)
     if exact and layout.decided is not None:
-        return f"<think>{layout.decided(letters, truth, tokens, exact[0])}</think><answer>{letters[exact[0]]}</answer>"
-    lines = layout.verdicts(scene, task, letters, truth, tokens)
+        return f"<think>{layout.decided(evidence, exact[0])}</think><answer>{letters[exact[0]]}</answer>"
+    lines = layout.verdicts(evidence)
     if exact:
         best = exact[0]
     else:
         ratios = [difflib.SequenceMatcher(None, low, [x.lower() for x in t], autojunk=False).ratio() for t in tokens]
         best = ratios.index(max(ratios))
         lines.append(f"None is right; {letters[best]} is closest.")
-    return (
-        f"<think>Image: {layout.image(scene, task, truth)}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"
-    )
+    return f"<think>Image: {layout.image(evidence)}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"

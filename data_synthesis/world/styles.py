@@ -31,7 +31,7 @@ from data_synthesis.world.questions import _relation
 from data_synthesis.world.scene import Scene, Task
 from data_synthesis.world.wording import _keyed_phrase, _seen, describe_scene
 
-__all__ = ["REASONERS", "REASONER_STYLES", "ReasonerStyle", "reasoner_style"]
+__all__ = ["REASONERS", "REASONER_STYLES", "Evidence", "ReasonerStyle", "reasoner_style"]
 
 
 def _verdict(letter: str, truth: list[str], option: list[str]) -> str:
@@ -143,59 +143,70 @@ def _contrast(letters: list[str], truth: list[str], tokens: list[list[str]], bes
     return " ".join(parts)
 
 
-# -- the image line of each style: what the picture shows, from the scene and the true answer's tokens --
+@dataclass(frozen=True)
+class Evidence:
+    """What every style writes its trace from."""
+
+    scene: Scene
+    task: Task
+    letters: list[str]
+    """The option letters, in display order."""
+    truth: list[str]
+    """The true answer's tokens (`facts._TOKEN`)."""
+    tokens: list[list[str]]
+    """Each option's tokens."""
 
 
-def _seen_line(scene: Scene, task: Task, truth: list[str]) -> str:
-    return _seen(scene, task)
+# -- the image line of each style: what the picture shows -------------------------------------------------
 
 
-def _restated_line(scene: Scene, task: Task, truth: list[str]) -> str:
-    return _restated(truth)
+def _seen_line(e: Evidence) -> str:
+    return _seen(e.scene, e.task)
 
 
-def _facts_line(scene: Scene, task: Task, truth: list[str]) -> str:
-    return " ".join(_facts(truth))
+def _restated_line(e: Evidence) -> str:
+    return _restated(e.truth)
 
 
-def _scene_line(scene: Scene, task: Task, truth: list[str]) -> str:
-    return describe_scene(scene).split(" image. ", 1)[1].rstrip(".")  # the whole picture, as describe words it
+def _facts_line(e: Evidence) -> str:
+    return " ".join(_facts(e.truth))
 
 
-def _keyed_line(scene: Scene, task: Task, truth: list[str]) -> str:
-    return _seen(scene, task, _keyed_phrase)
+def _scene_line(e: Evidence) -> str:
+    return describe_scene(e.scene).split(" image. ", 1)[1].rstrip(".")  # the whole picture, as describe words it
 
 
-# -- the verdicts of each style: one line per option, from the true answer's and the options' tokens ----
+def _keyed_line(e: Evidence) -> str:
+    return _seen(e.scene, e.task, _keyed_phrase)
 
 
-def _diff_verdicts(
-    scene: Scene, task: Task, letters: list[str], truth: list[str], tokens: list[list[str]]
-) -> list[str]:
-    return [_verdict(letter, truth, t) for letter, t in zip(letters, tokens)]
+# -- the verdicts of each style: one line per option ------------------------------------------------------
 
 
-def _restate_verdicts(
-    scene: Scene, task: Task, letters: list[str], truth: list[str], tokens: list[list[str]]
-) -> list[str]:
-    facts = _restated(truth)
+def _diff_verdicts(e: Evidence) -> list[str]:
+    return [_verdict(letter, e.truth, t) for letter, t in zip(e.letters, e.tokens)]
+
+
+def _restate_verdicts(e: Evidence) -> list[str]:
+    facts = _restated(e.truth)
     return [
-        f"{letter}: {_restated(t)}, {'yes' if _restated(t) == facts else 'no'}." for letter, t in zip(letters, tokens)
+        f"{letter}: {_restated(t)}, {'yes' if _restated(t) == facts else 'no'}."
+        for letter, t in zip(e.letters, e.tokens)
     ]
 
 
-def _pairs_verdicts(
-    scene: Scene, task: Task, letters: list[str], truth: list[str], tokens: list[list[str]]
-) -> list[str]:
-    return [_pairs(letter, truth, t) for letter, t in zip(letters, tokens)]
+def _pairs_verdicts(e: Evidence) -> list[str]:
+    return [_pairs(letter, e.truth, t) for letter, t in zip(e.letters, e.tokens)]
 
 
-def _checks_verdicts(
-    scene: Scene, task: Task, letters: list[str], truth: list[str], tokens: list[list[str]]
-) -> list[str]:
-    facts = _checked_facts(truth)
-    owners = _owners(scene, task, facts)
-    return [_checks(letter, facts, owners, _checked_facts(t)) for letter, t in zip(letters, tokens)]
+def _checks_verdicts(e: Evidence) -> list[str]:
+    facts = _checked_facts(e.truth)
+    owners = _owners(e.scene, e.task, facts)
+    return [_checks(letter, facts, owners, _checked_facts(t)) for letter, t in zip(e.letters, e.tokens)]
+
+
+def _contrast_decided(e: Evidence, best: int) -> str:
+    return _contrast(e.letters, e.truth, e.tokens, best)
 
 
 # -- the registry ----------------------------------------------------------------------------------------
@@ -205,19 +216,19 @@ def _checks_verdicts(
 class ReasonerStyle:
     """One trace layout: `<think>Image: {image}. {verdicts}</think><answer>X</answer>`."""
 
-    image: Callable[[Scene, Task, list[str]], str]
-    """The image line, from `(scene, task, true answer's tokens)`."""
-    verdicts: Callable[[Scene, Task, list[str], list[str], list[list[str]]], list[str]]
-    """One verdict per option, from `(scene, task, letters, true answer's tokens, each option's tokens)`."""
-    decided: Callable[[list[str], list[str], list[list[str]], int], str] | None = None
-    """The whole `<think>` text when an option is exactly right, from `(letters, truth, tokens, its index)`,
-    instead of the image line and verdicts (`contrast`); `None` to always write those."""
+    image: Callable[[Evidence], str]
+    """The image line."""
+    verdicts: Callable[[Evidence], list[str]]
+    """One verdict per option."""
+    decided: Callable[[Evidence, int], str] | None = None
+    """The whole `<think>` text when the option at the given index is exactly right, instead of the image
+    line and verdicts (`contrast`); `None` to always write those."""
 
 
 REASONERS: dict[str, ReasonerStyle] = {
     "diff": ReasonerStyle(_seen_line, _diff_verdicts),
     "restate": ReasonerStyle(_restated_line, _restate_verdicts),
-    "contrast": ReasonerStyle(_seen_line, _diff_verdicts, decided=_contrast),
+    "contrast": ReasonerStyle(_seen_line, _diff_verdicts, decided=_contrast_decided),
     "pairs": ReasonerStyle(_facts_line, _pairs_verdicts),
     "scene": ReasonerStyle(_scene_line, _diff_verdicts),
     "keyed": ReasonerStyle(_keyed_line, _diff_verdicts),
