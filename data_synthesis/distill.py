@@ -80,11 +80,15 @@ class Rewriter(Protocol):
 class SceneReasoner:
     """The synthetic world's deterministic reasoner: checks every option against the scene (no hint needed).
 
-    `style` is `world.scene_reasoner`'s: "diff" (natural sentences), "restate" (facts restated per
-    option) or "contrast" (the options compared with each other, then only the disputed slot checked).
+    `style` is `world.scene_reasoner`'s, a name in the registry `world.REASONERS` (`world/styles.py` says
+    what each writes): "diff" (natural sentences), "restate" (facts restated per option), "contrast" (the
+    options compared with each other, then only the disputed slot checked), "pairs", "scene", "keyed", "checks".
     """
 
     def __init__(self, style: str = "diff") -> None:
+        from data_synthesis.world import reasoner_style
+
+        reasoner_style(style)  # an unknown style fails here, naming the known ones
         self.style = style
         self.tag = f"scene_reasoner:{style}"
 

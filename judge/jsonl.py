@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ __all__ = [
     "InputError",
     "ResumableJsonlWriter",
     "parse_records",
+    "raise_problems",
     "read_complete_rows",
     "read_jsonl",
     "read_records",
@@ -51,8 +52,8 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
 def read_records(path: str | Path, parse: Callable[..., T], *, max_errors: int = 20) -> list[T]:
     """Parse every line with `parse(row, where=...)`, collecting all errors before failing.
 
-    Ids must be unique. All problems (up to `max_errors`) are reported together, each as
-    `FILE line N: field 'x': problem — fix`, so a user fixes a file in one pass.
+    Ids must be unique. All problems are counted and reported together (the first `max_errors` listed,
+    then "... and N more"), each as `FILE line N: field 'x': problem — fix`, so a user fixes a file in one pass.
     """
     return parse_records(((f"line {n}", row) for n, row in read_jsonl(path)), parse, path, max_errors=max_errors)
 
@@ -60,32 +61,49 @@ def read_records(path: str | Path, parse: Callable[..., T], *, max_errors: int =
 def parse_records(
     rows: Iterable[tuple[str, Any]], parse: Callable[..., T], source: str | Path, *, max_errors: int = 20
 ) -> list[T]:
-    """`read_records` for rows already in memory (a JSON list, a Parquet file): `(label, row)` pairs,
-    the label saying where the row is (`"row 3"`), parsed with `parse(row, where="SOURCE label")`."""
+    """`read_records` for rows already in memory (a JSON list, a Parquet file, MM-Vet's `{id: entry}` object):
+    `(label, row)` pairs, the label saying where the row is (`"row 3"`), parsed with `parse(row, where="SOURCE label")`."""
     records: list[T] = []
-    errors: list[str] = []
+    errors: list[str] = []  # the first `max_errors`; the rest are only counted
+    n_errors = 0
     seen: dict[Any, str] = {}
     for label, row in rows:
         where = f"{source} {label}"
+        problem = None
         try:
             record = parse(row, where=where)
         except DataError as exc:
-            errors.append(str(exc))
+            problem = str(exc)
         else:
             record_id = getattr(record, "id", None)
             if record_id in seen:
-                errors.append(
-                    f"{where}: field 'id': duplicate id {record_id!r} (first on {seen[record_id]}) — give each record a unique id"
-                )
+                problem = f"{where}: field 'id': duplicate id {record_id!r} (first on {seen[record_id]}) — give each record a unique id"
             else:
                 seen[record_id] = label
                 records.append(record)
-        if len(errors) >= max_errors:
-            errors.append(f"... stopped after {max_errors} errors")
-            break
-    if errors:
-        raise InputError(f"{len(errors)} problem(s) in {source}:\n" + "\n".join(errors))
+        if problem is not None:
+            n_errors += 1
+            if len(errors) < max_errors:
+                errors.append(problem)
+    raise_problems(source, errors, total=n_errors, max_listed=max_errors)
     return records
+
+
+def raise_problems(
+    source: str | Path, problems: Sequence[str], *, total: int | None = None, max_listed: int = 20
+) -> None:
+    """One `InputError` for all the problems found in `source`, or nothing when there are none.
+
+    It gives the count (`total`, default `len(problems)`), the first `max_listed` problems one per line,
+    then "... and N more", so a user sees the whole size of the fix at once.
+    """
+    total = len(problems) if total is None else total
+    if not total:
+        return
+    shown = list(problems[:max_listed])
+    if total > len(shown):
+        shown.append(f"... and {total - len(shown)} more")
+    raise InputError(f"{total} problem(s) in {source}:\n" + "\n".join(shown))
 
 
 def write_jsonl_atomic(path: str | Path, rows: Iterable[Any]) -> None:

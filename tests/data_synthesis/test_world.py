@@ -163,7 +163,7 @@ def test_world_item_from_a_pipeline_row():
 
 def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path, monkeypatch):
     reference = _files(write_world(8, 2, tmp_path / "ref"))
-    monkeypatch.setattr(world, "_BATCH", 3)
+    monkeypatch.setattr(world.files, "_BATCH", 3)  # write_world reads it from its module
 
     def crash(done: int) -> None:
         if done == 6:
@@ -487,3 +487,16 @@ def test_scene_style_describes_the_whole_picture_then_gives_diff_verdicts():
     )
     # The picture is worded exactly as the describe stage words it.
     assert describe_scene(SHAPES).split(" image. ", 1)[1] in out
+
+
+def test_reasoner_styles_are_a_registry_and_an_unknown_name_lists_the_known_ones():
+    from data_synthesis.distill import SceneReasoner
+    from data_synthesis.world import REASONER_STYLES, REASONERS, reasoner_style
+
+    assert REASONER_STYLES == ("diff", "restate", "contrast", "pairs", "scene", "keyed", "checks")
+    assert tuple(REASONERS) == REASONER_STYLES and reasoner_style("checks") is REASONERS["checks"]
+    task = Task("attribute", {"shape": 0, "attribute": "colour"})
+    with pytest.raises(ValueError, match=r"one of \('diff', 'restate', .*'checks'\), got 'dif'"):
+        scene_reasoner(SHAPES, task, "", ["a", "b"], style="dif")
+    with pytest.raises(ValueError, match="got 'dif'"):
+        SceneReasoner("dif")  # a pipeline with a misspelt style fails before any batch runs

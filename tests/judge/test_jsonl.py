@@ -50,3 +50,13 @@ def test_bad_json_names_the_line(tmp_path):
     path.write_text('{"id": "a", "question": "q", "candidates": ["x", "y"]}\n{oops\n')
     with pytest.raises(InputError, match="line 2: not valid JSON"):
         read_records(path, MCItem.from_dict)
+
+
+def test_many_bad_lines_are_all_counted_and_the_first_listed(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps({"id": str(i), "question": "q", "candidates": ["x"]}) + "\n" for i in range(25)))
+    with pytest.raises(InputError) as info:
+        read_records(path, MCItem.from_dict, max_errors=20)
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"25 problem(s) in {path}:"
+    assert len(lines) == 1 + 20 + 1 and "line 20: field 'candidates'" in lines[20] and lines[-1] == "... and 5 more"
