@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/X.py` puts benchmarks/ first, not the root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import run_worker  # noqa: E402
+
 WORDS = ["red", "blue", "green", "square", "circle", "one", "two", "three", "left", "right", "top", "bottom"]
 
 
@@ -107,17 +110,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env["MALLOC_MMAP_THRESHOLD_"] = str(spec["mmap_threshold"])  # RSS follows live memory, not freed heap
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "timeout": True}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"ok": False, "returncode": done.returncode, "stderr": done.stderr[-600:]}
-    return json.loads(lines[-1])
+    return run_worker(__file__, spec, timeout, mmap_threshold=spec.get("mmap_threshold"))
 
 
 def curve_diff(a: dict[str, Any], b: dict[str, Any]) -> float | None:

@@ -40,13 +40,16 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/X.py` puts benchmarks/ first, not the root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import run_worker  # noqa: E402
 
 # Qwen2-family shapes (hidden, layers, heads, kv heads, intermediate, vocab, tied embeddings).
 MODEL_SIZES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
@@ -243,18 +246,7 @@ def gradient_check(spec: dict[str, Any]) -> dict[str, Any]:
 
 def spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one configuration in a fresh interpreter; a crash or a kill by the OOM killer counts as not fitting."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if spec.get("mmap_threshold"):  # glibc: big blocks from mmap, returned on free, so RSS tracks live memory
-        env["MALLOC_MMAP_THRESHOLD_"] = str(spec["mmap_threshold"])
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "timeout": True}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"ok": False, "returncode": done.returncode, "stderr": done.stderr[-400:]}
-    return json.loads(lines[-1])
+    return run_worker(__file__, spec, timeout, mmap_threshold=spec.get("mmap_threshold"))
 
 
 def longest_prompt(base: dict[str, Any], method: str, cap_mib: float, start: int, limit: int, timeout: float,
