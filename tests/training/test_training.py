@@ -147,3 +147,41 @@ def test_grpo_steps_with_the_judge_reward(tiny_vlm_dir, synth_data, tmp_path):
     assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
     assert config.reward().max_completion_tokens == 16  # the budget defaults to max_completion_length
     assert (tmp_path / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("use_lora", [False, True])
+def test_full_logits_loss_equals_trls_fused_head(tiny_vlm_dir, synth_data, tmp_path, use_lora):
+    """The tiny judge's default (full logits, small vocabulary) gives TRL's loss, gradients and metrics
+    (no LoRA dropout: its random masks would differ between the two forwards)."""
+    from training.sft import build_sft_trainer
+
+    trainers = {}
+    for full in (False, True):
+        extra = [
+            "max_steps=1",
+            "save_strategy=no",
+            f"full_logits_loss={str(full).lower()}",
+            f"use_lora={use_lora}",
+            "lora_dropout=0.0",
+        ]
+        trainers[full] = build_sft_trainer(_sft(tiny_vlm_dir, synth_data, tmp_path / str(full), *extra))
+    assert [t.full_logits for t in trainers.values()] == [False, True]
+    default = build_sft_trainer(_sft(tiny_vlm_dir, synth_data, tmp_path / "default", "max_steps=1"))
+    assert default.full_logits  # a 2k vocabulary: full logits unless asked otherwise
+
+    batch = next(iter(trainers[True].get_train_dataloader()))
+    results = {}
+    for full, trainer in trainers.items():
+        trainer.model.train()
+        loss = trainer.compute_loss(trainer.model, dict(batch), num_items_in_batch=None)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        results[full] = loss.detach(), grads, {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    (fused_loss, fused_grads, fused_metrics), (full_loss, full_grads, full_metrics) = results[False], results[True]
+    torch.testing.assert_close(full_loss, fused_loss, rtol=1e-5, atol=1e-6)
+    assert fused_grads.keys() == full_grads.keys() and fused_grads
+    for name in fused_grads:
+        torch.testing.assert_close(full_grads[name], fused_grads[name], rtol=1e-4, atol=1e-6)
+    assert fused_metrics.keys() == full_metrics.keys() == {"entropy", "mean_token_accuracy", "num_tokens"}
+    for key in fused_metrics:
+        assert full_metrics[key] == pytest.approx(fused_metrics[key], rel=1e-5)
