@@ -1,18 +1,23 @@
 """Concurrent multi-policy GRPO vs the same policies one after another: wall time, peak memory, curves.
 
-    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: ~5 min on a busy 2-core box
+    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: ~3 min on a quiet 2-core box
     python benchmarks/multi_policy.py --device cuda --size small --steps 8 --completion-length 64
 
 Prints one JSON line. For each P, two variants train the same P policies (each its own prompts, seed and
 adapter) for `--steps` GRPO steps each over one tiny text LM (`judge.tiny`, built here, nothing downloaded):
 `concurrent` (one mixed-adapter batch per step for all P) and `sequential` (policy after policy, same
-process and base). Each variant runs in a fresh subprocess, so their peaks are measured side by side and
-cannot hide in each other: on CPU the peak is the process's VmHWM (reset through /proc/self/clear_refs
-once the model and adapters are built; `peak_mib` is that peak, `train_peak_mib` the part above the
-resident size just before training); on CUDA `torch.cuda.max_memory_allocated` (`peak_mib`: everything
-allocated, weights included; `train_peak_mib`: above what was allocated before training). `wall_s` times
-`train()` only (model loading is the same in both); with `--repeats N` each variant runs N times and
-reports its fastest wall and its highest peak (a busy machine's noise only ever slows a run down).
+process and base). Each run is a fresh subprocess, so one variant's peak cannot hide in the other's.
+`wall_s` times `train()` only (model loading is the same in both): each variant runs `--repeats` times,
+alternating with the other variant, and reports its fastest wall (a busy machine's noise only ever slows
+a run down; `walls_s` lists them all, and `median_wall_ratio_pP` is the ratio of the medians, a check
+that the fastest runs are not a lucky pair). Peaks come from one more run per variant made for memory alone
+(`measure`): on CPU the process's VmHWM under glibc's `MALLOC_MMAP_THRESHOLD_`, reset through
+/proc/self/clear_refs once the model and adapters are built (`peak_mib` is that peak, `train_peak_mib` the
+part above the resident size just before training); on CUDA `torch.cuda.max_memory_allocated`
+(`peak_mib`: everything allocated, weights included; `train_peak_mib`: above what was allocated before
+training). The memory run is not timed: with that allocator setting every big block is a fresh mmap, which
+slowed the concurrent variant's larger batches more than the sequential ones (`wall_ratio_p4` 1.28 with
+it, 1.44 without, in one pair of runs), a cost no user pays.
 
 Figures: `wall_ratio_pP` = sequential wall / concurrent wall; `cpu_ratio_pP` the same for the process's
 CPU time during `train()` (on a machine shared with other jobs the wall includes waiting for a core; the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -109,8 +115,47 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 # -- the driver --------------------------------------------------------------------------------------------
 
 
-def spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    return run_worker(__file__, spec, timeout, mmap_threshold=spec.get("mmap_threshold"))
+VARIANTS = ("concurrent", "sequential")
+
+
+def spawn(spec: dict[str, Any], timeout: float, mmap_threshold: int | None = None) -> dict[str, Any]:
+    return run_worker(__file__, spec, timeout, mmap_threshold=mmap_threshold)
+
+
+def measure(
+    specs: dict[str, dict[str, Any]], repeats: int, mmap_threshold: int | None, timeout: float
+) -> dict[str, dict[str, Any]]:
+    """Each variant's fastest timing run, with the highest peak of its memory run and timing runs.
+
+    Timing runs use the default allocator and alternate between the variants (concurrent, sequential,
+    concurrent, …), so a machine that slows down over minutes slows both alike. The memory run is one more
+    run per variant with glibc's `MALLOC_MMAP_THRESHOLD_` (CPU): big blocks then come from mmap and go back
+    on free, so VmHWM follows live memory, but every big allocation costs a page-faulting mmap, which slows
+    the large concurrent batches more than the small sequential ones, so those runs are not timed.
+    """
+    timed: dict[str, list[dict[str, Any]]] = {variant: [] for variant in specs}
+    for i in range(repeats):
+        for variant, spec in specs.items():  # each run its own output folder and adapter store
+            timed[variant].append(spawn({**spec, "out": f"{spec['out']}-{i}"}, timeout))
+    results = {}
+    for variant, runs in timed.items():
+        spec = {**specs[variant], "out": f"{specs[variant]['out']}-memory"}
+        memory = spawn(spec, timeout, mmap_threshold) if mmap_threshold else None
+        results[variant] = best = dict(min(runs, key=lambda r: r.get("wall_s", float("inf"))))
+        everything = runs + ([memory] if memory else [])
+        if not all(r.get("ok") for r in everything):
+            best["ok"] = False
+            best["errors"] = [e for r in everything for e in r.get("errors", [])] or best.get("errors")
+            best.setdefault("stderr", next((r["stderr"] for r in everything if r.get("stderr")), None))
+            continue
+        best["cpu_s"] = min(r["cpu_s"] for r in runs)
+        best["walls_s"] = [round(r["wall_s"], 3) for r in runs]
+        best["median_wall_s"] = statistics.median(r["wall_s"] for r in runs)
+        peaks = [memory] if memory else runs
+        for key in ("peak_mib", "train_peak_mib"):
+            best[key] = max(r[key] for r in peaks)
+        best["curves_agree"] = all(r["curves"] == best["curves"] for r in everything)
+    return results
 
 
 def curve_diff(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -144,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--size", default="tiny", help="judge.tiny size of the text LM (tiny, small, medium)")
     parser.add_argument("--policies", default="1,2,4", help="P values")
-    parser.add_argument("--steps", type=int, default=4, help="GRPO steps per policy")
+    parser.add_argument("--steps", type=int, default=12, help="GRPO steps per policy")
     parser.add_argument("--prompts-per-step", type=int, default=4, help="prompts per step and policy")
     parser.add_argument("--group", type=int, default=4, help="completions per prompt (G)")
     parser.add_argument("--completion-length", type=int, default=32, help="completion budget in tokens")
@@ -152,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forward-batch-rows", type=int, default=None, help="rows per training forward "
                         "(default: one policy's rows per step, so concurrent activations peak as sequential)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per worker")
-    parser.add_argument("--mmap-threshold", type=int, default=65536, help="glibc MALLOC_MMAP_THRESHOLD_ (CPU)")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per variant: the fastest wall, the highest peak")
+    parser.add_argument("--mmap-threshold", type=int, default=65536, help="glibc MALLOC_MMAP_THRESHOLD_ of the "
+                        "memory runs (CPU; 0: no memory run, peaks from the timing runs)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=3, help="timing runs per variant, alternating: the fastest")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per variant")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -171,22 +217,25 @@ def main(argv: list[str] | None = None) -> int:
         model = build_tiny_model(root / "lm", kind="lm", seed=0, size=args.size)
         files = write_prompts(root, max(counts), 4 * args.prompts_per_step)
         for count in counts:
-            results[count] = {}
-            for variant in ("concurrent", "sequential"):
-                spec = {
-                    "model": str(model), "files": files, "out": str(root / f"{count}-{variant}"),
-                    "policies": count, "concurrent": variant == "concurrent", "steps": args.steps,
-                    "prompts_per_step": args.prompts_per_step, "group": args.group,
-                    "completion_length": args.completion_length, "learning_rate": args.learning_rate,
-                    "forward_batch_rows": args.forward_batch_rows, "device": args.device, "threads": args.threads,
-                    "mmap_threshold": args.mmap_threshold,
-                }  # fmt: skip
-                runs = [spawn(spec, args.timeout) for _ in range(args.repeats)]
-                results[count][variant] = best = min(runs, key=lambda r: r.get("wall_s", float("inf")))
-                if all(r.get("ok") for r in runs):
-                    best["cpu_s"] = min(r["cpu_s"] for r in runs)
-                    for key in ("peak_mib", "train_peak_mib"):
-                        best[key] = max(r[key] for r in runs)
+            specs = {
+                variant: {
+                    "model": str(model),
+                    "files": files,
+                    "out": str(root / f"{count}-{variant}"),
+                    "policies": count,
+                    "concurrent": variant == "concurrent",
+                    "steps": args.steps,
+                    "prompts_per_step": args.prompts_per_step,
+                    "group": args.group,
+                    "completion_length": args.completion_length,
+                    "learning_rate": args.learning_rate,
+                    "forward_batch_rows": args.forward_batch_rows,
+                    "device": args.device,
+                    "threads": args.threads,
+                }
+                for variant in VARIANTS
+            }
+            results[count] = measure(specs, args.repeats, args.mmap_threshold, args.timeout)
 
     def ratio(count: int, key: str, inverse: bool = False) -> float | None:
         c, s = results[count]["concurrent"], results[count]["sequential"]
@@ -199,10 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         c, s = results[count]["concurrent"], results[count]["sequential"]
         record[f"p{count}"] = {
             variant: {k: (round(r[k], 3) if isinstance(r.get(k), float) else r.get(k))
-                      for k in ("ok", "wall_s", "cpu_s", "peak_mib", "train_peak_mib", "errors", "stderr") if k in r}
+                      for k in ("ok", "wall_s", "walls_s", "median_wall_s", "cpu_s", "peak_mib", "train_peak_mib", "curves_agree", "errors",
+                                "stderr") if k in r}
             for variant, r in (("concurrent", c), ("sequential", s))
         }  # fmt: skip
         record[f"wall_ratio_p{count}"] = ratio(count, "wall_s", inverse=True)
+        record[f"median_wall_ratio_p{count}"] = ratio(count, "median_wall_s", inverse=True)
         record[f"cpu_ratio_p{count}"] = ratio(count, "cpu_s", inverse=True)
         record[f"peak_ratio_p{count}"] = ratio(count, "peak_mib")
         record[f"train_peak_ratio_p{count}"] = ratio(count, "train_peak_mib")

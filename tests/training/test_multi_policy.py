@@ -101,6 +101,54 @@ def test_mixed_batch_rows_get_their_own_adapters_samples(tiny_lm_dir, tmp_path, 
     assert (mixed[0] - mixed[1]).abs().max() > 0.1 and (mixed[0] - mixed[2]).abs().max() > 0.1
 
 
+def test_adapter_segments_equal_peft_mixed_batches_with_gradients(tiny_lm_dir, tmp_path, prompts):
+    """Row segments (slices) give PEFT's mixed-batch logits and the same gradient for every adapter."""
+    from training.multi_policy.segments import adapter_segments, runs_of
+
+    trainer = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts))
+    generator = torch.Generator().manual_seed(0)
+    for param in trainer.model.parameters():
+        if param.requires_grad:
+            torch.nn.init.normal_(param, std=0.5, generator=generator)
+    names = ["colours", "colours", "numbers", "__base__", "numbers"]
+    ids = torch.tensor([[11, 12, 13, 14, 15], [5, 6, 7, 8, 9], [3, 4, 5, 6, 7], [9, 9, 8, 7, 6], [12, 11, 10, 9, 8]])
+    assert runs_of(names) == [("colours", 2), ("numbers", 1), ("__base__", 1), ("numbers", 1)]
+
+    def logits_and_grads(segmented: bool):
+        trainer.model.zero_grad(set_to_none=True)
+        if segmented:
+            with adapter_segments(trainer.model, runs_of(names)) as covered:
+                assert covered
+                logits = trainer.model(input_ids=ids).logits
+        else:
+            logits = trainer.model(input_ids=ids, adapter_names=names).logits
+        (logits.float().pow(2).mean()).backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads
+
+    peft_logits, peft_grads = logits_and_grads(False)
+    seg_logits, seg_grads = logits_and_grads(True)
+    torch.testing.assert_close(seg_logits, peft_logits, rtol=1e-5, atol=1e-6)
+    assert peft_grads.keys() == seg_grads.keys()
+    assert {n.split(".")[-2] for n in seg_grads} == {"colours", "numbers"}
+    for name in peft_grads:
+        torch.testing.assert_close(seg_grads[name], peft_grads[name], rtol=1e-5, atol=1e-7)
+    # outside the block the model is PEFT's again: no instance-level forward left behind
+    assert not any("forward" in vars(m) for m in trainer.model.modules())
+
+
+def test_adapter_segments_leave_dora_to_peft(tiny_lm_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.multi_policy.segments import adapter_segments
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_lm_dir))
+    model = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], use_dora=True), adapter_name="a")
+    with adapter_segments(model, [("a", 1)]) as covered:
+        assert not covered  # the caller passes adapter_names instead
+
+
 def test_concurrent_training_ends_with_the_sequential_adapters(tiny_lm_dir, tmp_path, prompts):
     """Two policies trained together (mixed-adapter forward and backward) equal the two trained in turn."""
     finals, statuses = {}, {}

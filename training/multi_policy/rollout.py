@@ -1,9 +1,11 @@
 """Mixed-adapter batches: every row runs over the one shared base through its own policy's LoRA adapter.
 
-PEFT's mixed adapter batches (`adapter_names=[…]`, one name per row, `"__base__"` for the bare base) split
-each LoRA layer's input by adapter and add each sub-batch's own low-rank update (`LoraLayer.
-_mixed_batch_forward`, PEFT 0.21). PEFT allows `adapter_names` only outside training mode; the model is
-therefore kept in eval mode (dropout off, as TRL's `disable_dropout`), and gradients still flow.
+The rows of a batch come grouped by adapter (`"__base__"` for the bare base), and each LoRA layer adds every
+group's own low-rank update to the shared base output (`segments.adapter_segments`: slices of the batch,
+PEFT's vanilla LoRA arithmetic). Models whose LoRA layers that does not cover fall back to PEFT's mixed
+adapter batches (`adapter_names=[…]`, `LoraLayer._mixed_batch_forward`, PEFT 0.21). PEFT allows
+`adapter_names` only outside training mode, so the model is kept in eval mode either way (dropout off, as
+TRL's `disable_dropout`); gradients still flow.
 
 Sampling is our own short decode loop rather than `generate`, because each policy draws from its own
 random generator, seeded per step: a row's tokens then depend only on its policy's seed and adapter, never
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from training.multi_policy.segments import adapter_segments, runs_of
 
 __all__ = ["RolloutRequest", "generate_mixed", "pad_rows", "sequence_logps"]
 
@@ -71,33 +75,34 @@ def generate_mixed(model: Any, requests: list[RolloutRequest], *, pad_id: int, e
     done = torch.zeros(n, dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
     cache = None
-    for t in range(steps):
-        out = model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-            adapter_names=names,
-            logits_to_keep=1,
-        )
-        cache, logits = out.cache, out.logits[:, -1].float()
-        chosen = torch.full((n,), pad_id, dtype=torch.long, device=device)
-        for r, span, generator in zip(requests, spans, generators):
-            if r.error is not None or t >= r.max_new_tokens:
-                continue
-            probs = torch.softmax(logits[span] / r.temperature, dim=-1)
-            if not torch.isfinite(probs).all():
-                r.error = f"adapter {r.adapter!r} produced non-finite logits at generation step {t}"
-                continue
-            chosen[span] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        chosen = torch.where(done, torch.full_like(chosen, pad_id), chosen)
-        tokens.append(chosen)
-        done |= (chosen == eos_id) | (t + 1 >= limits)
-        if bool(done.all()):
-            break
-        ids, positions = chosen[:, None], positions[:, -1:] + 1
-        mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
+    with adapter_segments(model, runs_of(names)) as segmented:
+        for t in range(steps):
+            out = model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+                **({} if segmented else {"adapter_names": names}),
+            )
+            cache, logits = out.cache, out.logits[:, -1].float()
+            chosen = torch.full((n,), pad_id, dtype=torch.long, device=device)
+            for r, span, generator in zip(requests, spans, generators):
+                if r.error is not None or t >= r.max_new_tokens:
+                    continue
+                probs = torch.softmax(logits[span] / r.temperature, dim=-1)
+                if not torch.isfinite(probs).all():
+                    r.error = f"adapter {r.adapter!r} produced non-finite logits at generation step {t}"
+                    continue
+                chosen[span] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            chosen = torch.where(done, torch.full_like(chosen, pad_id), chosen)
+            tokens.append(chosen)
+            done |= (chosen == eos_id) | (t + 1 >= limits)
+            if bool(done.all()):
+                break
+            ids, positions = chosen[:, None], positions[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
     sampled = torch.stack(tokens, dim=1).tolist() if tokens else [[] for _ in range(n)]
     for r, span in zip(requests, spans):
         r.completions = []
@@ -125,13 +130,14 @@ def sequence_logps(
     ids = torch.cat([prompt, completion], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
     width = completion.shape[1]
-    logits = model(
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=_positions(mask),
-        adapter_names=list(adapter_names),
-        logits_to_keep=width + 1,
-        use_cache=False,
-    ).logits[:, :-1]
+    with adapter_segments(model, runs_of(adapter_names)) as segmented:
+        logits = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=_positions(mask),
+            logits_to_keep=width + 1,
+            use_cache=False,
+            **({} if segmented else {"adapter_names": list(adapter_names)}),
+        ).logits[:, :-1]
     scale = torch.tensor(list(temperatures), dtype=logits.dtype, device=device)[:, None, None]
     return selective_log_softmax(logits / scale, completion), completion_mask

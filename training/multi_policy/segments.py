@@ -1,0 +1,84 @@
+"""LoRA over row segments: a batch whose rows come in runs of one adapter each, with slices instead of indices.
+
+PEFT's mixed adapter batches (`adapter_names=[…]`, `LoraLayer._mixed_batch_forward`, PEFT 0.21) gather each
+adapter's rows by an index list and add its update back with an indexed in-place add. Any row order works,
+but under autograd the backward of every LoRA layer then goes through index-put, which cost more than the
+batching saved when policies shared a training forward (docs/multi-policy.md). The multi-policy trainer's
+rows already come grouped by policy, so each adapter's rows are one slice: `x[a:b]` is a view, and the
+updates of all slices are concatenated and added to the base output once. The arithmetic per row is
+PEFT's vanilla LoRA (`lora_B(lora_A(dropout(x))) * scaling`), so the results are the same.
+
+    with adapter_segments(model, [("policy0", 16), ("policy1", 16), ("__base__", 8)]):
+        logits = model(input_ids=ids, attention_mask=mask).logits
+
+Models with LoRA layers this does not cover (embeddings, convolutions, DoRA and other variants, merged
+weights) keep PEFT's own path: `adapter_segments` then yields False and the caller passes `adapter_names`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from itertools import groupby
+from typing import Any
+
+import torch
+
+__all__ = ["BASE", "adapter_segments", "runs_of"]
+
+BASE = "__base__"
+"""PEFT's name for rows that run through the bare base model."""
+
+
+def runs_of(names: Sequence[str]) -> list[tuple[str, int]]:
+    """`["a", "a", "b"]` → `[("a", 2), ("b", 1)]`: consecutive rows of one adapter as one segment."""
+    return [(name, len(list(group))) for name, group in groupby(names)]
+
+
+def _covered(model: Any) -> list[Any] | None:
+    """The model's LoRA layers when all are plain `lora.Linear` with vanilla, unmerged adapters; else None."""
+    from peft.tuners.lora.layer import Linear, LoraLayer
+
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    if not layers or any(type(m) is not Linear or m.lora_variant or m.merged for m in layers):
+        return None
+    return layers
+
+
+def _segment_forward(layer: Any, segments: list[tuple[str, int]], x: torch.Tensor, *args: Any, **kwargs: Any):
+    result = layer.base_layer(x, *args, **kwargs)
+    if layer.disable_adapters or all(name not in layer.lora_A for name, _ in segments):
+        return result
+    deltas, start = [], 0
+    for name, rows in segments:
+        part = x[start : start + rows]
+        start += rows
+        if name in layer.lora_A:
+            lora_A, lora_B = layer.lora_A[name], layer.lora_B[name]
+            delta = lora_B(lora_A(layer.lora_dropout[name](part.to(lora_A.weight.dtype)))) * layer.scaling[name]
+            deltas.append(delta.to(result.dtype))
+        else:  # the bare base (`__base__`) or an adapter this layer does not have
+            deltas.append(result.new_zeros((rows, *result.shape[1:])))
+    return result + (deltas[0] if len(deltas) == 1 else torch.cat(deltas))
+
+
+@contextmanager
+def adapter_segments(model: Any, segments: Sequence[tuple[str, int]]) -> Iterator[bool]:
+    """Within the block, every LoRA layer runs row segment `i` through adapter `segments[i][0]` (`BASE`: none).
+
+    Yields True when the segments are in force, False when the model has LoRA layers they do not cover
+    (the caller then uses PEFT's `adapter_names`). The segments' row counts must add up to the batch.
+    """
+    layers = _covered(model)
+    if layers is None:
+        yield False
+        return
+    plan = list(segments)
+    for layer in layers:
+        layer.forward = functools.partial(_segment_forward, layer, plan)
+    try:
+        yield True
+    finally:
+        for layer in layers:
+            del layer.forward
