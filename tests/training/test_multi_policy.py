@@ -133,6 +133,8 @@ def test_adapter_segments_equal_peft_mixed_batches_with_gradients(tiny_lm_dir, t
     assert {n.split(".")[-2] for n in seg_grads} == {"colours", "numbers"}
     for name in peft_grads:
         torch.testing.assert_close(seg_grads[name], peft_grads[name], rtol=1e-5, atol=1e-7)
+    with adapter_segments(trainer.model, [("colours", 2)]), pytest.raises(ValueError, match="cover 2 rows"):
+        trainer.model(input_ids=ids)
     # outside the block the model is PEFT's again: no instance-level forward left behind
     assert not any("forward" in vars(m) for m in trainer.model.modules())
 

@@ -41,12 +41,15 @@ def _covered(model: Any) -> list[Any] | None:
     from peft.tuners.lora.layer import Linear, LoraLayer
 
     layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
-    if not layers or any(type(m) is not Linear or m.lora_variant or m.merged for m in layers):
+    # A forward already set on the instance (accelerate's offload hooks) is not ours to replace.
+    if not layers or any(type(m) is not Linear or m.lora_variant or m.merged or "forward" in vars(m) for m in layers):
         return None
     return layers
 
 
 def _segment_forward(layer: Any, segments: list[tuple[str, int]], x: torch.Tensor, *args: Any, **kwargs: Any):
+    if sum(rows for _, rows in segments) != x.shape[0]:
+        raise ValueError(f"adapter segments cover {sum(r for _, r in segments)} rows, the batch has {x.shape[0]}")
     result = layer.base_layer(x, *args, **kwargs)
     if layer.disable_adapters or all(name not in layer.lora_A for name, _ in segments):
         return result
