@@ -1,6 +1,6 @@
 """Concurrent multi-policy GRPO vs the same policies one after another: wall time, peak memory, curves.
 
-    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: ~3 min on a quiet 2-core box
+    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: ~5 min on a quiet 2-core box
     python benchmarks/multi_policy.py --device cuda --size small --steps 8 --completion-length 64
 
 Prints one JSON line. For each P, two variants train the same P policies (each its own prompts, seed and
@@ -125,7 +125,7 @@ def spawn(spec: dict[str, Any], timeout: float, mmap_threshold: int | None = Non
 def measure(
     specs: dict[str, dict[str, Any]], repeats: int, mmap_threshold: int | None, timeout: float
 ) -> dict[str, dict[str, Any]]:
-    """Each variant's fastest timing run, with the highest peak of its memory run and timing runs.
+    """Each variant's fastest timing run, with the peak of its memory run (without one, the highest of its timing runs).
 
     Timing runs use the default allocator and alternate between the variants (concurrent, sequential,
     concurrent, …), so a machine that slows down over minutes slows both alike. The memory run is one more

@@ -25,10 +25,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["BASE", "adapter_segments", "runs_of"]
-
-BASE = "__base__"
-"""PEFT's name for rows that run through the bare base model."""
+__all__ = ["adapter_segments", "runs_of"]
 
 
 def runs_of(names: Sequence[str]) -> list[tuple[str, int]]:
@@ -68,7 +65,7 @@ def _segment_forward(layer: Any, segments: list[tuple[str, int]], x: torch.Tenso
 
 @contextmanager
 def adapter_segments(model: Any, segments: Sequence[tuple[str, int]]) -> Iterator[bool]:
-    """Within the block, every LoRA layer runs row segment `i` through adapter `segments[i][0]` (`BASE`: none).
+    """Within the block, every LoRA layer runs row segment `i` through adapter `segments[i][0]` (`"__base__"`: none).
 
     Yields True when the segments are in force, False when the model has LoRA layers they do not cover
     (the caller then uses PEFT's `adapter_names`). The segments' row counts must add up to the batch.
