@@ -30,6 +30,7 @@ from judge.adapters.store import ADAPTER_WEIGHTS
 from training.multi_policy.config import MultiPolicyConfig, PolicySpec
 from training.multi_policy.objective import advantages, row_weights, token_loss
 from training.multi_policy.rollout import RolloutRequest, generate_mixed, sequence_logps
+from training.multi_policy.segments import runs_of
 
 __all__ = ["MultiPolicyTrainer", "PolicyFailure", "PolicyRun", "run_policies"]
 
@@ -286,24 +287,25 @@ class MultiPolicyTrainer:
                 with torch.no_grad():
                     ref, _ = sequence_logps(self.model, *args, ["__base__"] * len(part), temps, pad_id=self.pad_id)
             logps, mask = sequence_logps(self.model, *args, names, temps, pad_id=self.pad_id)
-            total = []
-            for i, (run, _, _, adv, weight) in enumerate(part):
-                spec = run.spec
+            by_run: dict[str, Any] = {}
+            start_row = 0
+            for name, count in runs_of(names):  # the chunk's rows come grouped by policy
+                rows_of = slice(start_row, start_row + count)
+                start_row += count
+                spec = part[rows_of.start][0].spec
                 per_token, kl = token_loss(
-                    logps[i : i + 1],
-                    adv.reshape(1).to(logps.device, logps.dtype),
+                    logps[rows_of],
+                    torch.stack([r[3] for r in part[rows_of]]).to(logps.device, logps.dtype),
                     epsilon_low=spec.epsilon,
                     epsilon_high=spec.epsilon_high if spec.epsilon_high is not None else spec.epsilon,
                     beta=spec.beta,
-                    ref_logps=None if ref is None else ref[i : i + 1],
+                    ref_logps=None if ref is None else ref[rows_of],
                 )
-                row_loss = weight * (per_token * mask[i : i + 1]).sum()
-                total.append((run, row_loss))
+                weights = torch.tensor([r[4] for r in part[rows_of]], dtype=logps.dtype, device=logps.device)
+                row_losses = weights * (per_token * mask[rows_of]).sum(-1)
+                by_run[name] = by_run[name] + row_losses.sum() if name in by_run else row_losses.sum()
                 if kl is not None:
-                    kl_sum[run.name] += float((kl.detach() * mask[i : i + 1]).sum())
-            by_run: dict[str, Any] = {}
-            for run, row_loss in total:
-                by_run[run.name] = by_run.get(run.name, 0.0) + row_loss
+                    kl_sum[name] += float((kl.detach() * mask[rows_of]).sum())
             finite = []
             for run in runs:
                 if run.name in by_run and run.error is None:
