@@ -1,6 +1,6 @@
 """Concurrent multi-policy GRPO vs the same policies one after another: wall time, peak memory, curves.
 
-    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: ~5 min on a quiet 2-core box
+    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: about 4 min on a quiet 2-core box
     python benchmarks/multi_policy.py --device cuda --size small --steps 8 --completion-length 64
 
 Prints one JSON line. For each P, two variants train the same P policies (each its own prompts, seed and
@@ -8,9 +8,9 @@ adapter) for `--steps` GRPO steps each over one tiny text LM (`judge.tiny`, buil
 `concurrent` (one mixed-adapter batch per step for all P) and `sequential` (policy after policy, same
 process and base). Each run is a fresh subprocess, so one variant's peak cannot hide in the other's.
 `wall_s` times `train()` only (model loading is the same in both): each variant runs `--repeats` times,
-alternating with the other variant, and reports its fastest wall (a busy machine's noise only ever slows
-a run down; `walls_s` lists them all, and `median_wall_ratio_pP` is the ratio of the medians, a check
-that the fastest runs are not a lucky pair). Peaks come from one more run per variant made for memory alone
+alternating with the other variant in ABBA order, and reports its fastest wall (a busy machine's noise
+only ever slows a run down; `walls_s` lists them all, and `median_wall_ratio_pP` is the ratio of the
+medians, a check that the fastest runs are not a lucky pair). Peaks come from one more run per variant made for memory alone
 (`measure`): on CPU the process's VmHWM under glibc's `MALLOC_MMAP_THRESHOLD_`, reset through
 /proc/self/clear_refs once the model and adapters are built (`peak_mib` is that peak, `train_peak_mib` the
 part above the resident size just before training); on CUDA `torch.cuda.max_memory_allocated`
@@ -127,15 +127,18 @@ def measure(
 ) -> dict[str, dict[str, Any]]:
     """Each variant's fastest timing run, with the peak of its memory run (without one, the highest of its timing runs).
 
-    Timing runs use the default allocator and alternate between the variants (concurrent, sequential,
-    concurrent, …), so a machine that slows down over minutes slows both alike. The memory run is one more
-    run per variant with glibc's `MALLOC_MMAP_THRESHOLD_` (CPU): big blocks then come from mmap and go back
-    on free, so VmHWM follows live memory, but every big allocation costs a page-faulting mmap, which slows
-    the large concurrent batches more than the small sequential ones, so those runs are not timed.
+    Timing runs use the default allocator and alternate between the variants, in ABBA order (concurrent,
+    sequential, sequential, concurrent, …), so a machine that slows down over minutes slows both alike and
+    neither variant always runs first. The memory run is one more run per variant with glibc's
+    `MALLOC_MMAP_THRESHOLD_` (CPU): big blocks then come from mmap and go back on free, so VmHWM follows
+    live memory, but every big allocation costs a page-faulting mmap, which slows the large concurrent
+    batches more than the small sequential ones, so those runs are not timed.
     """
     timed: dict[str, list[dict[str, Any]]] = {variant: [] for variant in specs}
     for i in range(repeats):
-        for variant, spec in specs.items():  # each run its own output folder and adapter store
+        order = list(specs) if i % 2 == 0 else list(reversed(specs))  # ABBA: neither always goes first
+        for variant in order:  # each run its own output folder and adapter store
+            spec = specs[variant]
             timed[variant].append(spawn({**spec, "out": f"{spec['out']}-{i}"}, timeout))
     results = {}
     for variant, runs in timed.items():

@@ -2,7 +2,8 @@
 
 The rows of a batch come grouped by adapter (`"__base__"` for the bare base), and each LoRA layer adds every
 group's own low-rank update to the shared base output (`segments.adapter_segments`: slices of the batch,
-PEFT's vanilla LoRA arithmetic). Models whose LoRA layers that does not cover fall back to PEFT's mixed
+PEFT's vanilla LoRA arithmetic; equal groups of same-shaped adapters in two stacked `bmm`s, the weights
+stacked once per rollout). Models whose LoRA layers that does not cover fall back to PEFT's mixed
 adapter batches (`adapter_names=[…]`, `LoraLayer._mixed_batch_forward`, PEFT 0.21). PEFT allows
 `adapter_names` only outside training mode, so the model is kept in eval mode either way (dropout off, as
 TRL's `disable_dropout`); gradients still flow.
@@ -10,7 +11,7 @@ TRL's `disable_dropout`); gradients still flow.
 Sampling is our own short decode loop rather than `generate`, because each policy draws from its own
 random generator, seeded per step: a row's tokens then depend only on its policy's seed and adapter, never
 on which other policies share the batch — the property that makes concurrent and one-after-another
-training give the same adapters.
+training give the same adapters. Tokens are drawn by inverse transform sampling (`sample_tokens`).
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator) -> torch.Tens
     whose cumulative probability exceeds a uniform draw scaled to the row's total.
 
     An exact draw from each row's distribution, like `torch.multinomial`, which for one sample draws an
-    exponential for every vocabulary entry (Gumbel-max); this draws one uniform per row, and on a CPU that
-    is 0.05 ms against 0.69 ms for 16 rows of 2,048 entries, a cost paid at every generated token. A zero
-    probability is never drawn: its cumulative value equals its predecessor's, which the draw already passed.
+    exponential for every vocabulary entry (Gumbel-max); this draws one uniform per row. On one CPU thread,
+    for 16 rows: 0.03 ms against 0.26 ms over the tiny LM's 704 entries, 0.06 ms against 0.72 ms over 2,048,
+    paid at every generated token. A zero probability is never drawn: its cumulative value equals its
+    predecessor's, which the draw has already passed.
     """
     cdf = probs.to(torch.float64 if probs.device.type != "mps" else torch.float32).cumsum(-1)
     draw = torch.rand((probs.shape[0], 1), generator=generator, dtype=cdf.dtype, device=cdf.device)
