@@ -82,18 +82,24 @@ def _stacked_delta(weights: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor) 
 
 
 def _segment_forward(
-    layer: Any, segments: list[tuple[str, int]], stacked: Any, x: torch.Tensor, *args: Any, **kwargs: Any
+    layer: Any,
+    segments: list[tuple[str, int]],
+    stackable: bool,
+    cached: Any,
+    x: torch.Tensor,
+    *args: Any,
+    **kwargs: Any,
 ):
-    """`stacked`: the layer's stacked weights (taken once for a block without autograd), True to stack them
-    here (under autograd the stack is part of the graph), or None for a segment at a time."""
+    """`stackable`: go through stacked `bmm`s; `cached`: the stack taken once for a block entered without
+    autograd (never reused under autograd: it has no gradient path), else None."""
     if sum(rows for _, rows in segments) != x.shape[0]:
         raise ValueError(f"adapter segments cover {sum(r for _, r in segments)} rows, the batch has {x.shape[0]}")
     result = layer.base_layer(x, *args, **kwargs)
     if layer.disable_adapters or all(name not in layer.lora_A for name, _ in segments):
         return result
-    if stacked is not None:
-        fresh = stacked is True or torch.is_grad_enabled()  # a stack taken without autograd has no gradient path
-        weights = _stacked_weights(layer, [name for name, _ in segments]) if fresh else stacked
+    if stackable:
+        fresh = cached is None or torch.is_grad_enabled()
+        weights = _stacked_weights(layer, [name for name, _ in segments]) if fresh else cached
         return result + _stacked_delta(weights, x).to(result.dtype)
     deltas, start = [], 0
     for name, rows in segments:
@@ -123,10 +129,10 @@ def adapter_segments(model: Any, segments: Sequence[tuple[str, int]]) -> Iterato
     plan = list(segments)
     names = [name for name, _ in plan]
     for layer in layers:
-        stacked = None
-        if _stackable(layer, plan):  # without autograd the weights cannot change within the block: stack once
-            stacked = True if torch.is_grad_enabled() else _stacked_weights(layer, names)
-        layer.forward = functools.partial(_segment_forward, layer, plan, stacked)
+        stackable = _stackable(layer, plan)
+        # without autograd the weights cannot change within the block: stack them once
+        cached = _stacked_weights(layer, names) if stackable and not torch.is_grad_enabled() else None
+        layer.forward = functools.partial(_segment_forward, layer, plan, stackable, cached)
     try:
         yield True
     finally:

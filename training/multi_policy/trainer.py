@@ -303,7 +303,7 @@ class MultiPolicyTrainer:
                 )
                 weights = torch.tensor([r[4] for r in part[rows_of]], dtype=logps.dtype, device=logps.device)
                 row_losses = weights * (per_token * mask[rows_of]).sum(-1)
-                by_run[name] = by_run[name] + row_losses.sum() if name in by_run else row_losses.sum()
+                by_run[name] = by_run.get(name, 0.0) + row_losses.sum()
                 if kl is not None:
                     kl_sum[name] += float((kl.detach() * mask[rows_of]).sum())
             finite = []
