@@ -57,7 +57,7 @@ def template(base_dir: Path) -> tuple[dict[str, tuple[int, ...]], dict, str]:
     import torch
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 
-    from judge.adapters import base_fingerprint
+    from adapter_revisions import base_fingerprint
     from judge.models import load_model
 
     model = load_model(str(base_dir), device="cpu").model
@@ -140,7 +140,7 @@ def start_server(base_dir: Path, store_dir: Path, args) -> tuple[subprocess.Pope
         probe_socket.bind(("127.0.0.1", 0))
         port = probe_socket.getsockname()[1]
     command = [
-        sys.executable, "-m", "scripts.cli", "serve", "--model", str(base_dir), "--device", "cpu",
+        sys.executable, "-m", "mrjudge.cli", "serve", "--model", str(base_dir), "--device", "cpu",
         "--adapter-store", str(store_dir), "--max-adapters", str(args.capacity), "--orders", "1",
         "--max-new-tokens", str(args.max_new_tokens), "--port", str(port), "--max-wait-ms", "5",
         "--log-level", "warning",
@@ -270,8 +270,8 @@ def main() -> None:
     if args.revisions < args.chunk:
         parser.error(f"--revisions ({args.revisions}) must be at least --chunk ({args.chunk})")
 
-    from judge.adapters import AdapterStore
-    from judge.tiny import build_tiny_model
+    from adapter_revisions import AdapterStore
+    from tiny_world.model import build_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="mrjudge-catalogue-", dir=args.dir))
     try:

@@ -75,13 +75,13 @@ from typing import Any
 
 import torch
 
-from judge.adapters.fingerprint import base_fingerprint
-from judge.adapters.pool import AdapterPool
-from judge.adapters.store import AdapterStore
+from adapter_revisions.fingerprint import base_fingerprint
+from adapter_revisions.pool import AdapterPool
+from adapter_revisions.store import AdapterStore
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.hf import TransformersBackend
 from judge.models import LoadedModel
-from judge.tiny import build_tokenizer
+from tiny_world.model import build_tokenizer
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Qwen2 shapes: hidden, layers, heads, kv heads, intermediate, vocab (embeddings untied in all three).

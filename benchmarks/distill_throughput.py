@@ -1,6 +1,6 @@
 """Distillation rows/s and tokens/s against a thinking-model endpoint: one request in flight vs 32.
 
-The endpoint is a real loopback OpenAI-compatible server (`tests.support.thinking_server`) that answers
+The endpoint is a real loopback OpenAI-compatible server (`tiny_world.servers.thinking_server`) that answers
 every request like a thinking model (reasoning in `reasoning_content`, the answer in `content`) after a
 fixed delay, so the only thing that changes between the two runs is how many requests the stage keeps in
 flight: the figure this measures. Each row costs three requests (reason, remove hint, align style).
@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data_synthesis.pipeline import ModelSpec, run_distill  # noqa: E402
-from judge.jsonl import write_jsonl_atomic  # noqa: E402
-from tests.support.openai_server import serve  # noqa: E402
-from tests.support.thinking_server import make_thinking_app  # noqa: E402
+from jobs.jsonl import write_jsonl_atomic  # noqa: E402
+from tiny_world.servers.openai_server import serve  # noqa: E402
+from tiny_world.servers.thinking_server import make_thinking_app  # noqa: E402
 
 
 def items(n: int) -> list[dict]:

@@ -261,7 +261,7 @@ def _child_env() -> dict[str, str]:
 
 def _judge_cli(model_dir: Path, items: Path, out: Path, device: str, tokens: int) -> dict[str, Any]:
     """`mrjudge judge --backend hf --device DEVICE`, through the CLI's own entry point."""
-    from scripts.cli import main as mrjudge
+    from mrjudge.cli import main as mrjudge
 
     argv = ["judge", "--model", str(model_dir), "--input", str(items), "--output", str(out), "--backend", "hf",
             "--device", device, "--max-new-tokens", str(tokens)]  # fmt: skip
@@ -285,7 +285,7 @@ def part_cuda_paths(device: str, plan: dict[str, Any], work: Path, record: Recor
     import torch
 
     from data_synthesis.pipeline import SynthConfig, run_all
-    from judge.tiny import build_tiny_model
+    from tiny_world.model import build_tiny_model
 
     # The reference runs on the CPU; a CPU run has no other side to compare with (tests check `same_kind`).
     reference = device.startswith("cuda")

@@ -52,8 +52,8 @@ from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter, vllm_extra_bod
 from judge.backends.hf import TransformersBackend  # noqa: E402
 from judge.judging import Judge, JudgeConfig  # noqa: E402
 from judge.models import LoadedModel, load_model, load_processor  # noqa: E402
-from judge.tiny import build_tiny_model  # noqa: E402
 from judge.types import MCItem  # noqa: E402
+from tiny_world.model import build_tiny_model  # noqa: E402
 
 # Qwen2.5-VL-7B-Instruct's config.json (text and vision towers), for `--shape qwen2.5-vl-7b`.
 QWEN2_5_VL_7B = dict(
@@ -139,7 +139,7 @@ def _write_7b_folder(folder: Path, layers: int | None, seed: int) -> Path:
     """A folder with Qwen2.5-VL-7B's config, the tiny tokenizer, the real pixel range and no weights."""
     from transformers import Qwen2_5_VLConfig
 
-    from judge.hf_compat import write_stock_processor_config
+    from judge.backends.hf_compat import write_stock_processor_config
 
     build_tiny_model(folder, size="tiny32", seed=seed)  # tokenizer, chat template, processor files
     (folder / "model.safetensors").unlink()
@@ -186,7 +186,7 @@ def _load_7b(folder: Path, device: str, dtype: torch.dtype) -> LoadedModel:
 
 def _vllm_command(spec: str | None) -> list[str]:
     """`vllm` from `--vllm` (a venv or a command), else the checkout's vLLM venv, else `vllm` on PATH."""
-    from scripts.vllm_local import VLLMUnavailable, vllm_venv
+    from judge.backends.vllm_local import VLLMUnavailable, vllm_venv
 
     if spec:
         path = Path(spec)
@@ -202,7 +202,7 @@ def _vllm_command(spec: str | None) -> list[str]:
 
 def vllm_rate(folder: Path, items: list[MCItem], config: dict, args, log: Path) -> Rate:
     from judge.backends.openai_http import OpenAIBackend
-    from scripts.vllm_local import serve
+    from judge.backends.vllm_local import serve
 
     command = _vllm_command(args.vllm)
     venv = Path(command[0]).parent.parent
@@ -246,7 +246,7 @@ def main() -> None:
             model_name = f"{args.shape} shape{f', {args.layers} layers' if args.layers else ''} (random init, bf16)"
         else:
             build_tiny_model(folder, size=args.size, seed=args.seed)
-            from judge.hf_compat import write_stock_processor_config
+            from judge.backends.hf_compat import write_stock_processor_config
 
             write_stock_processor_config(folder)  # vLLM loads the stock Qwen2.5-VL processor
             loaded = load_model(str(folder), device=device)

@@ -7,19 +7,19 @@ and after GRPO. Prints one JSON line; saves loss and reward curves as PNG beside
 
     python benchmarks/learning_curve.py --out runs/learning_curve
 
-The recipe is `training.tiny_recipe.TinyJudgeRecipe`, the one `mrjudge demo` runs: every flag's default is
+The recipe is `tiny_world.recipe.TinyJudgeRecipe`, the one `mrjudge demo` runs: every flag's default is
 the recipe's. The judge prompt is the compact one (`COMPACT_PROMPT`): the model is tiny and the CPU slow, so
 every prompt token costs steps; the recipe is otherwise the real one. What the defaults add for a judge that
 has never seen a picture (docs/learning.md): the world is shaded, each grid cell on its own
 background, so positions show in the pixels (`--no-shaded`: white); a perception warm-up of the vision
 tower, with a head for each token's cell, runs first and the tower is then frozen
-(`--vision-warmup-steps`, `training.vision_warmup`); and the traces are `checks` traces, the picture's
+(`--vision-warmup-steps`, `tiny_world.vision_warmup`); and the traces are `checks` traces, the picture's
 facts keyed by shape, then every option checked fact by fact (`--reasoner-style`,
 `data_synthesis.world.scene_reasoner`). `vision_sensitivity` in the JSON line says whether the judge's
 image features still depend on the picture (see `tiny_recipe.vision_sensitivity`); `--describe-share`
 mixes image → description examples into the SFT data.
 
-Held-out pairs and their scoring are `eval.heldout`'s, with its one rule: an item the judge could not decide
+Held-out pairs and their scoring are `tiny_world.heldout`'s, with its one rule: an item the judge could not decide
 (no parsable answer in either order) counts as a coin flip, 0.5, so an untrained judge that never answers
 scores chance; `heldout_accuracy_strict` counts it as wrong. `per_evidence` splits image flaws (only the
 picture shows them) from text flaws; `per_flaw` gives each flaw.
@@ -34,9 +34,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from eval.heldout import heldout_pairs, score_verdicts
 from eval.plots import training_curves
-from training.tiny_recipe import History, TinyJudgeRecipe, vision_sensitivity
+from tiny_world.heldout import heldout_pairs, score_verdicts
+from tiny_world.recipe import History, TinyJudgeRecipe, vision_sensitivity
 
 RECIPE = TinyJudgeRecipe()
 HELP = {f.name: f.metadata["help"] for f in fields(TinyJudgeRecipe)}
@@ -88,7 +88,7 @@ def main() -> None:
 
     import torch
 
-    from judge.tiny import build_tiny_model
+    from tiny_world.model import build_tiny_model
     from training.grpo import run_grpo
     from training.sft import run_sft
 

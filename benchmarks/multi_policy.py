@@ -4,7 +4,7 @@
     python benchmarks/multi_policy.py --device cuda --size small --steps 8 --completion-length 64
 
 Prints one JSON line. For each P, two variants train the same P policies (each its own prompts, seed and
-adapter) for `--steps` GRPO steps each over one tiny text LM (`judge.tiny`, built here, nothing downloaded):
+adapter) for `--steps` GRPO steps each over one tiny text LM (`tiny_world.model`, built here, nothing downloaded):
 `concurrent` (one mixed-adapter batch per step for all P) and `sequential` (policy after policy, same
 process and base). Each run is a fresh subprocess, so one variant's peak cannot hide in the other's.
 `wall_s` times `train()` only (model loading is the same in both): each variant runs `--repeats` times,
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(worker(json.loads(args.worker))), flush=True)
         return 0
 
-    from judge.tiny import build_tiny_model
+    from tiny_world.model import build_tiny_model
 
     began = time.perf_counter()
     counts = [int(p) for p in args.policies.split(",")]

@@ -80,11 +80,12 @@ def _judge_items(folder: Path) -> Path:
 
 def run_all(out: Path) -> dict[str, int]:
     """Run every command into `out`; return each command's exit code."""
-    from scripts.cli import main
+    from mrjudge.cli import main
+
     from tests.eval.fixtures import write_mmrb, write_vlrb_jsonl
     from tests.eval.test_mmvet import _write_candidates, _write_dataset
-    from tests.support.grader_server import make_grader_app
-    from tests.support.openai_server import serve
+    from tiny_world.servers.grader_server import make_grader_app
+    from tiny_world.servers.openai_server import serve
 
     inputs = out / "inputs"
     inputs.mkdir(parents=True)

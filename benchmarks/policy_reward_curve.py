@@ -24,8 +24,8 @@ reference; and with a judge budget shorter than its longest trace (24 tokens), e
 malformed answer was cut off, undecided, and worth 0.5. A judge is a reward model that can be gamed.
 
 Before and after GRPO, `--heldout` world questions the policy never trained on get `--samples` sampled
-completions each (temperature 1, `training.policy_data.judge_samples`), judged the same way:
-`reward_before` / `reward_after` are their mean reward (an unscored one counts 0.5, `eval.heldout`'s rule
+completions each (temperature 1, `tiny_world.policy_data.judge_samples`), judged the same way:
+`reward_before` / `reward_after` are their mean reward (an unscored one counts 0.5, `tiny_world.heldout`'s rule
 for undecided items, as does a held-out pair in `judge_heldout_accuracy`), `forms_before` / `forms_after` the shares of completions in the complete template, the incomplete
 one, or neither (a regex per question kind, independent of the judge: it tells learning from reward
 hacking). Prints one JSON line; saves the mean training reward per step as PNG beside `--out`.
@@ -43,11 +43,11 @@ from typing import Any
 
 import yaml
 
-from eval.heldout import mean_reward, reward_choice, score_choices
 from eval.plots import reward_curve
 from judge.prompt import PromptConfig, build_messages
-from training.policy_data import judge_samples, write_policy_data
-from training.tiny_recipe import History, sft_config
+from tiny_world.heldout import mean_reward, reward_choice, score_choices
+from tiny_world.policy_data import judge_samples, write_policy_data
+from tiny_world.recipe import History, sft_config
 
 COMPACT_PROMPT = PromptConfig(
     instruction="Which candidate answers the question about the image best?",
@@ -92,8 +92,8 @@ def garbage(reference: str, rng: random.Random, vocabulary: list[str], tokens: l
 def make_data(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """World items with their incomplete negative, split into train and held-out questions; the files."""
     from data_synthesis.world import load_world, scene_negatives, write_world
-    from judge.jsonl import write_jsonl_atomic
-    from judge.tiny import build_tokenizer
+    from jobs.jsonl import write_jsonl_atomic
+    from tiny_world.model import build_tokenizer
 
     world = write_world(args.world_n, args.seed, out / "world", size=args.image_size)
     rows = []
@@ -160,7 +160,7 @@ def sft(model: Path, train_file: Path, out: Path, steps: int, args: argparse.Nam
 
 def judge_accuracy(reward: Any, rows: list[dict[str, Any]], world: Path, flawed: str) -> float:
     """Held-out pairs won by the complete answer against `row[flawed]` (reward above one half), a pair the
-    judge leaves undecided counting one half (`eval.heldout`)."""
+    judge leaves undecided counting one half (`tiny_world.heldout`)."""
     from judge.images import load_image
 
     rewards = reward(
@@ -212,7 +212,7 @@ def main() -> None:
 
     from judge.judging import JudgeConfig
     from judge.policy_reward import JudgeRewardFunction
-    from judge.tiny import build_tiny_model
+    from tiny_world.model import build_tiny_model
     from training.policy import JudgePolicyGRPOConfig, run_policy
 
     torch.set_num_threads(args.threads)

@@ -39,9 +39,9 @@ if str(ROOT) not in sys.path:  # `python benchmarks/ray_scaling.py` puts benchma
 from benchmarks.equal_work import force_in_folder  # noqa: E402
 from data_synthesis.pipeline import run_negatives  # noqa: E402
 from data_synthesis.world import write_world  # noqa: E402
+from jobs.executor import Executor, LocalExecutor, RayConfig, RayExecutor  # noqa: E402
 from judge.backends.spec import ModelSpec  # noqa: E402
-from judge.executor import Executor, LocalExecutor, RayConfig, RayExecutor  # noqa: E402
-from judge.tiny import build_tiny_model  # noqa: E402
+from tiny_world.model import build_tiny_model  # noqa: E402
 
 
 class Clocked:

@@ -96,8 +96,8 @@ def serve_instant(port: int, hostile: bool = False, delay_ms: float = 0.0) -> No
     runs it. The fault run tightens two limits; the hostile run keeps the defaults but a short body
     deadline and shutdown grace (so the run is short)."""
     from judge.judging import Judge, JudgeConfig
-    from judge.server import ServerConfig, create_app
-    from judge.server.run import run_server
+    from reward_server import ServerConfig, create_app
+    from reward_server.run import run_server
 
     if hostile:
         config = ServerConfig(port=port, api_key=KEY, body_timeout_s=2.0, shutdown_grace_s=5.0)
@@ -219,7 +219,7 @@ async def load(base: str, clients: int, duration_s: float, image: str) -> dict:
 
 def throughput_run(model_dir: str, args: argparse.Namespace, batching: bool) -> dict:
     port = free_port()
-    command = [sys.executable, "-m", "scripts.cli", "serve", "--model", model_dir, "--device", "cpu"]
+    command = [sys.executable, "-m", "mrjudge.cli", "serve", "--model", model_dir, "--device", "cpu"]
     command += ["--port", str(port), "--max-new-tokens", str(args.max_new_tokens), "--log-level", "error"]
     command += ["--max-batch-items", str(args.max_batch_items), "--max-wait-ms", str(args.max_wait_ms)]
     command += ["--request-timeout-s", "600"] + ([] if batching else ["--no-batching"])
@@ -548,7 +548,7 @@ def main() -> None:
         "clients": args.clients,
     }
     if not args.skip_throughput:
-        from judge.tiny import build_tiny_model
+        from tiny_world.model import build_tiny_model
 
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))

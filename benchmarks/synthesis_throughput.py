@@ -32,7 +32,7 @@ from data_synthesis.pipeline import load_rows  # noqa: E402
 from data_synthesis.world import write_world  # noqa: E402
 from judge.backends.hf import TransformersBackend  # noqa: E402
 from judge.models import load_model  # noqa: E402
-from judge.tiny import build_tiny_model  # noqa: E402
+from tiny_world.model import build_tiny_model  # noqa: E402
 
 
 def timed(generator: ModelNegatives, rows: list[dict], batch_size: int, counter: GenerateCounter) -> tuple:

@@ -41,9 +41,9 @@ from data_synthesis.stages import (
     run_stage,
     valid_fraction,
 )
+from jobs.executor import BatchFn, Executor
+from jobs.jsonl import read_jsonl, write_json_atomic, write_jsonl_atomic
 from judge.backends.spec import ModelSpec
-from judge.executor import BatchFn, Executor
-from judge.jsonl import read_jsonl, write_json_atomic, write_jsonl_atomic
 from judge.prompt import PromptConfig
 
 __all__ = [
@@ -473,7 +473,7 @@ class SynthConfig:
             raise ValueError(f"max_failed_fraction must be in [0, 1], got {self.max_failed_fraction}")
         if self.engine not in ("local", "ray"):
             raise ValueError(f"engine must be 'local' or 'ray', got {self.engine!r}")
-        from judge.executor import RayConfig
+        from jobs.executor import RayConfig
 
         try:
             RayConfig(**self.ray)
@@ -500,7 +500,7 @@ class SynthConfig:
 
 def engine_of(config: SynthConfig) -> Executor:
     """The engine a config names (a Ray engine is built here, Ray itself starts on first use)."""
-    from judge.executor import RayConfig, make_executor
+    from jobs.executor import RayConfig, make_executor
 
     return make_executor(config.engine, RayConfig(**config.ray) if config.engine == "ray" else None)
 

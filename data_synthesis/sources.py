@@ -42,8 +42,8 @@ from typing import Any
 from data_synthesis.records import SFTRecord
 from data_synthesis.source_images import ImageStore
 from data_synthesis.source_rows import FieldMap, ParsedRow, parse_row, row_id
+from jobs.jsonl import InputError, read_jsonl, write_json_atomic
 from judge.images import ImageLoadError
-from judge.jsonl import InputError, read_jsonl, write_json_atomic
 from judge.types import DataError
 
 __all__ = ["DEFAULT_MAX_BAD_FRACTION", "FieldMap", "Skipped", "load_sft_records", "write_records"]

@@ -2,7 +2,7 @@
 
 Every model-free or model-backed stage (negatives, describe, distill) is a function from a batch of input
 rows to a batch of output rows. `run_stage` does the rest, the same way for all of them, through the
-toolkit's one job loop (`judge.resumable.run_resumable`):
+toolkit's one job loop (`jobs.resumable.run_resumable`):
 
 - `--shard i/N` takes the rows whose id hashes to shard i, so N machines split a source with no
   coordination, and a shard's output does not depend on how the others ran;
@@ -14,7 +14,7 @@ toolkit's one job loop (`judge.resumable.run_resumable`):
 - `concurrency` > 1 sends each row as its own call, that many in flight (an HTTP endpoint stays busy
   instead of waiting for the slowest reply of each batch);
 - a summary (counts plus whatever the stage adds) is written atomically as JSON next to the output;
-- the batches run on an executor (`judge.executor`, picked by `--engine`): this process, or a Ray Data
+- the batches run on an executor (`jobs.executor`, picked by `--engine`): this process, or a Ray Data
   pipeline across a cluster. The driver cuts the batches and writes what comes back, so the output is the
   same on either.
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from judge.executor import BatchFn, Executor, LocalExecutor
-from judge.jsonl import read_jsonl, write_json_atomic
-from judge.resumable import FAILED, run_resumable
+from jobs.executor import BatchFn, Executor, LocalExecutor
+from jobs.jsonl import read_jsonl, write_json_atomic
+from jobs.resumable import FAILED, run_resumable
 
 __all__ = [
     "WHOLE",

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from eval.plots import bar_chart  # re-exported: the eval reports' charts
-from judge.executor import BatchFn
-from judge.jsonl import InputError, read_jsonl, write_json_atomic, write_text_atomic
+from jobs.executor import BatchFn
+from jobs.jsonl import InputError, read_jsonl, write_json_atomic, write_text_atomic
+from jobs.progress import progress_bar
+from jobs.resumable import run_resumable
 from judge.judging import item_rng
-from judge.progress import progress_bar
-from judge.resumable import run_resumable
 
 __all__ = [
     "bar_chart",
@@ -63,7 +63,7 @@ def resumable_predictions(
 ) -> list[dict[str, Any]]:
     """Predict the items whose ids are not yet in `path`, a batch at a time, and return their rows in order.
 
-    This is the toolkit's one job loop, `judge.resumable.run_resumable`, with the bar labelled
+    This is the toolkit's one job loop, `jobs.resumable.run_resumable`, with the bar labelled
     `description`; `options` are its (`batch_size`, `engine`, `show_progress`, `finish`). `predict(batch)`
     returns one row (a dict with `id`) per item; a `BatchFn` when it should be built where it runs (one
     model per Ray actor). `finish(batch, outputs)` turns a batch's outputs into its rows in the driver

@@ -34,9 +34,9 @@ from eval.bootstrap import BOOTSTRAP_RESAMPLES, RatioSet, bootstrap_intervals, i
 from eval.pairwise import PairItem, PairItems, consistency_metrics, resolve_image_paths
 from eval.pairwise_run import PairwiseBenchmark
 from eval.provenance import provenance_of, row_sha256, with_image_file
+from jobs.jsonl import InputError, parse_records, read_jsonl
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.jsonl import InputError, parse_records, read_jsonl
 from judge.judging import batch_seed, item_rng
 from judge.types import DataError
 

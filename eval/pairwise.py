@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from judge.jsonl import InputError
+from jobs.jsonl import InputError
 from judge.judging import Judge
 from judge.types import MCItem
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from eval.common import bar_chart, markdown_table, resumable_predictions, write_json_atomic, write_text_atomic
 from eval.pairwise import PairItem
-from judge.executor import BatchFn, Executor
-from judge.jsonl import write_jsonl_atomic
+from jobs.executor import BatchFn, Executor
+from jobs.jsonl import write_jsonl_atomic
 
 __all__ = ["PairwiseBenchmark", "report_pairwise", "run_pairwise"]
 

@@ -78,7 +78,7 @@ def training_curves(
     grpo: Sequence[Mapping[str, Any]] | None = None,
 ) -> Path:
     """SFT loss (log scale) and/or GRPO mean reward per step, side by side, from logged rows
-    (`training.tiny_recipe.History.logs`: `{"step", "loss" | "reward", ...}`)."""
+    (`tiny_world.recipe.History.logs`: `{"step", "loss" | "reward", ...}`)."""
     panels = [name for name, logs in (("sft", sft), ("grpo", grpo)) if logs is not None]
     with saved_figure(path, figsize=(5.5 * len(panels), 4), ncols=len(panels)) as (_, axes):
         for ax, name in zip(axes, panels):

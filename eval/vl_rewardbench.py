@@ -40,9 +40,9 @@ from eval.pairwise import PairItem, PairItems, consistency_metrics, resolve_imag
 from eval.pairwise_run import PairwiseBenchmark
 from eval.provenance import provenance_of, row_sha256, with_image_file
 from eval.vlrb_readings import CALPY_KS, READINGS, Unit, calpy_units, default_headline_k, unit_metrics
+from jobs.jsonl import InputError, read_jsonl
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.jsonl import InputError, read_jsonl
 from judge.judging import batch_seed, item_rng
 from judge.types import DataError
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from jobs.executor import BatchFn
+from jobs.judge_file import JudgeSpec, select_work
 from judge.backends.spec import ModelSpec
-from judge.executor import BatchFn
-from judge.jobs import JudgeSpec, select_work
 
 __all__ = ["JudgeSpec", "mc_work", "official_work", "select_work"]
 

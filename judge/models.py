@@ -3,7 +3,7 @@
 A PEFT adapter folder (what `use_lora=true` training writes: `adapter_config.json` and adapter weights, no
 `config.json`) loads too: its base comes from the adapter's `base_model_name_or_path` (or an explicit
 `base=`), and the adapter is merged into the base's weights in memory, so every command that takes a
-model takes an adapter folder the same way (`judge.adapters.merge` writes such a merge to disk).
+model takes an adapter folder the same way (`adapter_revisions.merge` writes such a merge to disk).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def load_processor(path: str, *, is_vlm: bool | None = None, config_path: str | 
     from transformers import AutoConfig, AutoProcessor, AutoTokenizer
     from transformers.processing_utils import ProcessorMixin
 
-    import judge.hf_compat  # noqa: F401 - registers the image-only Qwen2.5-VL processor
+    import judge.backends.hf_compat  # noqa: F401 - registers the image-only Qwen2.5-VL processor
 
     config_path = config_path or path
     if is_vlm is None:

@@ -72,7 +72,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _fingerprint(model: str) -> str:
-    from judge.adapters import base_fingerprint
+    from adapter_revisions import base_fingerprint
     from judge.models import load_model
 
     return base_fingerprint(load_model(model, device="cpu").model)
@@ -90,8 +90,8 @@ def _row(revision: Any, aliases: dict[str, str]) -> str:
 def _merge(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from judge.adapters import AdapterStore, AdapterStoreError
-    from judge.adapters.merge import merge_adapter
+    from adapter_revisions import AdapterStore, AdapterStoreError
+    from adapter_revisions.merge import merge_adapter
 
     adapter = args.adapter
     if not Path(adapter).is_dir() and "@" in adapter and args.store:
@@ -115,7 +115,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from judge.adapters import AdapterStore, AdapterStoreError
+    from adapter_revisions import AdapterStore, AdapterStoreError
 
     if args.action == "fingerprint":
         print(_fingerprint(args.model))

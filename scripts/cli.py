@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scripts import adapters_cmd, demo, eval_cmd, judge_cmd, serve_cmd, synth_cmd, tiny_model_cmd, train_cmd
+from mrjudge import adapters_cmd, demo, eval_cmd, judge_cmd, serve_cmd, synth_cmd, tiny_model_cmd, train_cmd
 
 SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, tiny_model_cmd, serve_cmd, adapters_cmd)
 

@@ -6,12 +6,12 @@
     mrjudge demo --quick --out /tmp/demo           # every stage on tiny budgets (under a minute)
 
 synthetic world → reverse negatives → reasoning distillation → perception warm-up → warm-up SFT → judge
-GRPO (the learning benchmark's recipe, `training.tiny_recipe.TinyJudgeRecipe`) → evaluation
+GRPO (the learning benchmark's recipe, `tiny_world.recipe.TinyJudgeRecipe`) → evaluation
 (VL-RewardBench-format held-out set, split into image and text flaws; MM-Vet-style best-of-N) → the reward
 server on loopback → a short policy GRPO run rewarded by it → a summary table, `OUT/summary.json` and
 `OUT/report.md` with the plots.
 Each stage writes `OUT/<stage>/stage.json` when it finishes; re-running the same command resumes after the
-last finished stage, and a changed budget re-runs the stages it affects (see `scripts.demo_runner`).
+last finished stage, and a changed budget re-runs the stages it affects (see `tiny_world.demo.runner`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Run the whole MR. Judge life cycle on the synthetic world on a CPU with no download: data "
         "synthesis, judge SFT and GRPO, held-out evaluation, best-of-N, and policy GRPO against the judge served on "
         "loopback. Resumable; ends with a summary table, summary.json and report.md.",
-        epilog="Budgets are DemoConfig fields (scripts/demo_config.py, configs/demo.yaml), e.g. sft_steps=400 "
+        epilog="Budgets are DemoConfig fields (tiny_world/demo/config.py, configs/demo.yaml), e.g. sft_steps=400 "
         "grpo_steps=10 world_n=1000 threads=2.",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (default: runs/demo)")
@@ -42,14 +42,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from judge.config import ConfigError
-    from scripts.demo_config import load_demo_config, parse_overrides
+    from tiny_world.demo.config import load_demo_config, parse_overrides
 
     try:
         config = load_demo_config(args.config, parse_overrides(args.overrides), quick=args.quick)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from scripts.demo_runner import run_demo
+    from tiny_world.demo.runner import run_demo
 
     console = Console()
     console.rule("[bold]mr-judge demo")

@@ -63,7 +63,7 @@ def pixel_options(args: argparse.Namespace) -> dict[str, int]:
 
 def engine_from(args: argparse.Namespace) -> Any:
     """The engine the flags name; Ray flags without `--engine ray` are refused (ValueError), not ignored."""
-    from judge.executor import RayConfig, make_executor
+    from jobs.executor import RayConfig, make_executor
 
     ray_flags = {
         "--ray-address": args.ray_address,

@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mrjudge.config_flags import ConfigFlags
+from mrjudge.engine_flags import add_engine_flags, pixel_options
+from mrjudge.judge_cmd import add_judge_config_flags, judge_config_from
+from mrjudge.model_flags import add_base_flag, base_options
+
 from judge.judging import JudgeConfig
-from scripts.config_flags import ConfigFlags
-from scripts.engine_flags import add_engine_flags, pixel_options
-from scripts.judge_cmd import add_judge_config_flags, judge_config_from
-from scripts.model_flags import add_base_flag, base_options
 
 EVAL_JUDGE_FLAGS = ConfigFlags(JudgeConfig, skip=("top_p",))
 """The judge's flags here; `top_p` has none, as VL-RewardBench's `--top-p` is the official protocol's."""
@@ -131,7 +132,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def engine_from(args: argparse.Namespace) -> Any:
     """The engine `--engine` and the Ray flags name; a bad combination exits with the flag to fix."""
-    from scripts.engine_flags import engine_from as engine_of
+    from mrjudge.engine_flags import engine_from as engine_of
 
     try:
         return engine_of(args)
@@ -180,7 +181,7 @@ def make_judge(args: argparse.Namespace, engine: Any) -> Any:
 
 
 def _load_pairwise(args: argparse.Namespace) -> tuple[Any, list[Any]]:
-    from judge.jsonl import InputError
+    from jobs.jsonl import InputError
 
     try:
         if args.benchmark == "vl-rewardbench":
@@ -202,7 +203,7 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
     from eval.common import read_decisions
     from eval.pairwise_run import report_pairwise, run_pairwise
     from eval.workers import mc_work, official_work
-    from judge.jsonl import InputError
+    from jobs.jsonl import InputError
 
     bench, items = _load_pairwise(args)
     engine = engine_from(args)
@@ -303,8 +304,8 @@ def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
 
 def run_mmvet_cli(args: argparse.Namespace) -> int:
     from eval import mmvet
+    from jobs.jsonl import InputError
     from judge.backends.openai_http import OpenAIBackend
-    from judge.jsonl import InputError
 
     engine = engine_from(args)
     try:

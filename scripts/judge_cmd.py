@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.jobs import JudgeRunSummary
+from mrjudge.config_flags import ConfigFlags
+from mrjudge.engine_flags import add_engine_flags, engine_from
+from mrjudge.model_flags import add_base_flag, base_options
+
+from jobs.judge_file import JudgeRunSummary
 from judge.judging import JudgeConfig
-from scripts.config_flags import ConfigFlags
-from scripts.engine_flags import add_engine_flags, engine_from
-from scripts.model_flags import add_base_flag, base_options
 
 JUDGE_FLAGS = ConfigFlags(JudgeConfig)
 """`--orders`, `--temperature`, `--max-pixels`, …: every JudgeConfig field but the prompt (judge, eval, serve)."""
@@ -99,9 +100,9 @@ def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "") -> N
 
 
 def run(args: argparse.Namespace) -> int:
+    from jobs.jsonl import InputError
+    from jobs.judge_file import JudgeSpec, judge_file, load_items
     from judge.backends.spec import ModelSpec
-    from judge.jobs import JudgeSpec, judge_file, load_items
-    from judge.jsonl import InputError
 
     config = judge_config_from(args)
     try:

@@ -24,10 +24,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from judge.server.config import ServerConfig
-from scripts.config_flags import ConfigFlags
-from scripts.judge_cmd import add_judge_config_flags, judge_config_from
-from scripts.model_flags import add_base_flag, base_options
+from mrjudge.config_flags import ConfigFlags
+from mrjudge.judge_cmd import add_judge_config_flags, judge_config_from
+from mrjudge.model_flags import add_base_flag, base_options
+
+from reward_server.config import ServerConfig
 
 SERVER_FLAGS = ConfigFlags(ServerConfig)
 """`--host`, `--port`, `--max-batch-items`, …: every ServerConfig field."""
@@ -63,7 +64,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def server_config_from(args: argparse.Namespace) -> Any:
     """ServerConfig from `--server-config` YAML, then flags, then the key from the environment if none yet."""
     from judge.config import ConfigError, config_from_yaml, config_values
-    from judge.server.config import API_KEY_ENV
+    from reward_server.config import API_KEY_ENV
 
     overrides = SERVER_FLAGS.values(args)
     if args.no_batching:
@@ -80,9 +81,9 @@ def server_config_from(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from judge.backends import make_backend
     from judge.judging import Judge
-    from judge.server import create_app
-    from judge.server.config import API_KEY_ENV, is_loopback
-    from judge.server.run import run_server
+    from reward_server import create_app
+    from reward_server.config import API_KEY_ENV, is_loopback
+    from reward_server.run import run_server
 
     server_config = server_config_from(args)  # refuses a network address without a key, before any loading
     if args.api_key:

@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from scripts.config_flags import ConfigFlags
-from scripts.engine_flags import add_engine_flags, add_pixel_flags, engine_from, pixel_options
+from mrjudge.config_flags import ConfigFlags
+from mrjudge.engine_flags import add_engine_flags, add_pixel_flags, engine_from, pixel_options
 
 
 def _model_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -241,7 +241,7 @@ def _guard(fn):
     """Turn configuration and input mistakes into one-line errors (exit 2) instead of tracebacks."""
 
     def wrapped(args: argparse.Namespace) -> int:
-        from judge.jsonl import InputError
+        from jobs.jsonl import InputError
         from judge.types import DataError
 
         try:

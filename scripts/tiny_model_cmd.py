@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from judge.tiny import TINY_SIZES
+from tiny_world.model import TINY_SIZES
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from judge.tiny import build_tiny_model
+    from tiny_world.model import build_tiny_model
 
     path = build_tiny_model(args.out, kind=args.kind, seed=args.seed, size=args.size)
     print(f"wrote a {args.size} {args.kind} model to {path}")

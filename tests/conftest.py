@@ -12,14 +12,14 @@ from judge.types import MCItem
 
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory):
-    from judge.tiny import build_tiny_model
+    from tiny_world.model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-vlm"), kind="vlm", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory):
-    from judge.tiny import build_tiny_model
+    from tiny_world.model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-lm"), kind="lm", seed=0)
 

@@ -66,13 +66,13 @@ def test_every_shipped_yaml_loads(path):
 
         config_from_yaml(JudgeConfig, path)
     elif kind == "serve":
-        from judge.server.config import ServerConfig
+        from reward_server.config import ServerConfig
 
         # Served as their header says, with MRJUDGE_SERVER_API_KEY set (`mrjudge serve` passes it on as api_key);
         # without a key a network bind is refused, which test_server_hostile checks.
         config_from_yaml(ServerConfig, path, {"api_key": "from-the-environment"})
     elif kind == "demo":
-        from scripts.demo_config import load_demo_config
+        from tiny_world.demo.config import load_demo_config
 
         load_demo_config(path)
     # accelerate files: test_accelerate_config_loads

@@ -41,9 +41,9 @@ RUN: list[str] = [
 """Commands CI runs (regular expressions over the command with `.venv/bin/` dropped)."""
 
 SKIP: list[tuple[str, str]] = [
-    (r"make demo", "the full demo takes about 10 minutes; tests/scripts/test_demo.py runs every stage (--quick)"),
+    (r"make demo", "the full demo takes about 10 minutes; tests/cli/test_demo.py runs every stage (--quick)"),
     (r"make (test|lint)", "that is this test suite and its lint"),
-    (r"mrjudge demo\b.*", "tests/scripts/test_demo.py runs the demo through the CLI with --quick"),
+    (r"mrjudge demo\b.*", "tests/cli/test_demo.py runs the demo through the CLI with --quick"),
     (r".*https?://.*", "needs a model server (vllm serve, mrjudge serve) or the internet"),
     (r"(MRJUDGE_\w+=\S+ )?mrjudge serve .*", "a long-running server; tests/judge/server covers it on loopback"),
     (r"curl .*", "needs a running reward server"),

@@ -15,7 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from judge.adapters.store import AdapterStore, Revision
+from adapter_revisions.store import AdapterStore, Revision
 
 __all__ = ["AdapterExportCallback"]
 
@@ -50,7 +50,7 @@ class AdapterExportCallback(TrainerCallback):
         if not hasattr(model, "peft_config"):
             raise ValueError("adapter export needs a LoRA run: set use_lora=true (full fine-tuning has no adapter)")
         if self.base_fingerprint is None:
-            from judge.adapters.fingerprint import base_fingerprint
+            from adapter_revisions.fingerprint import base_fingerprint
 
             self.base_fingerprint = base_fingerprint(model)
 

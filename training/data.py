@@ -23,8 +23,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from jobs.jsonl import read_jsonl
 from judge.images import load_image
-from judge.jsonl import read_jsonl
 from judge.prompt import PromptConfig, build_messages
 from judge.types import DataError, MCItem
 

@@ -1,7 +1,7 @@
 """Judge GRPO on multiple-choice items (TRL `GRPOTrainer`) with MR. Judge's reward.
 
     mrjudge train grpo --config configs/judge_grpo_tiny.yaml
-    accelerate launch --config_file configs/accelerate/zero3.yaml -m scripts.cli train grpo --config configs/judge_grpo_qwen2_5_vl_7b.yaml
+    accelerate launch --config_file configs/accelerate/zero3.yaml -m mrjudge.cli train grpo --config configs/judge_grpo_qwen2_5_vl_7b.yaml
 
 The data are `rl/train.jsonl` items from `mrjudge synth assemble`; the reward is
 `training.judge_reward.JudgeReward`: 0.9 · correct + 0.1 · well-formed, 0 past the length budget.

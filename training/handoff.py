@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from judge.adapters.store import AdapterStore, Revision
+from adapter_revisions.store import AdapterStore, Revision
 
 __all__ = ["AdapterHandoff", "install_adapter_handoff"]
 
@@ -58,7 +58,7 @@ class AdapterHandoff:
         """Export `model`'s adapter, load it on the server, unload the one before; the new name to generate with."""
         start = time.perf_counter()
         if self.base_fingerprint is None:
-            from judge.adapters.fingerprint import base_fingerprint
+            from adapter_revisions.fingerprint import base_fingerprint
 
             self.base_fingerprint = base_fingerprint(model)
         revision = self.store.save(

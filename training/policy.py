@@ -1,7 +1,7 @@
 """Policy GRPO with the judge as the reward (TRL `GRPOTrainer`), for a text LM or a VLM policy.
 
     mrjudge train policy --config configs/policy_grpo_tiny.yaml max_steps=20
-    accelerate launch --config_file configs/accelerate/zero3.yaml -m scripts.cli train policy \\
+    accelerate launch --config_file configs/accelerate/zero3.yaml -m mrjudge.cli train policy \\
         --config configs/policy_grpo_qwen2_5_vl_7b.yaml judge_server_url=http://judge-node:8000
 
 The data are prompts, one JSON object per line: `{"prompt", "image"?, "images"?, "answer"?}`, where
@@ -211,7 +211,7 @@ def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True, ke
     """
     import datasets
 
-    from judge.jsonl import read_jsonl
+    from jobs.jsonl import read_jsonl
     from judge.types import DataError
     from training.data import ImageDecoder, drop_text_only, resolve_image_ref
 

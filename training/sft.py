@@ -3,7 +3,7 @@
     mrjudge train sft --config configs/judge_sft_tiny.yaml
     mrjudge train sft --config configs/judge_sft_qwen2_5_vl_7b.yaml max_steps=200 use_lora=true
     mrjudge adapters merge runs/judge-sft-lora --out runs/judge-sft-merged   # a LoRA run's output, merged
-    accelerate launch --config_file configs/accelerate/zero3.yaml -m scripts.cli train sft --config configs/judge_sft_qwen2_5_vl_7b.yaml
+    accelerate launch --config_file configs/accelerate/zero3.yaml -m mrjudge.cli train sft --config configs/judge_sft_qwen2_5_vl_7b.yaml
 
 The data are `sft/train.jsonl` examples from `mrjudge synth distill`; the loss is on the assistant's
 completion only (prompt/completion form), images go through the model's processor.

@@ -14,7 +14,7 @@ from data_synthesis.world.questions import make_item
 from data_synthesis.world.rendering import render
 from data_synthesis.world.sampling import sample_item
 from data_synthesis.world.scene import Scene, Task, WorldItem
-from judge.jsonl import InputError, ResumableJsonlWriter, read_jsonl, read_records
+from jobs.jsonl import InputError, ResumableJsonlWriter, read_jsonl, read_records
 
 _BATCH = 64
 """Items per flush of the JSONL files: a crash loses at most this many, all cheap to redo."""

@@ -60,7 +60,7 @@ class Scene:
     pixels under it. Qwen2.5-VL's vision tower has no absolute position embeddings (rotary attention only),
     and at Qwen's M-RoPE a small language model can barely tell image tokens' positions apart. An option
     for experiments: the tiny judge places objects from it only after a warm-up with a cell head
-    (`training.vision_warmup.VisionWarmupConfig.cell_head`)."""
+    (`tiny_world.vision_warmup.VisionWarmupConfig.cell_head`)."""
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)

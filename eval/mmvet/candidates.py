@@ -10,11 +10,11 @@ from typing import Any
 
 from eval.common import progress_bar, resumable_predictions, write_json_atomic
 from eval.mmvet.data import MAX_LISTED, MMVetQuestion, read_json_object
+from jobs.executor import BatchFn, Executor, LocalExecutor
+from jobs.jsonl import InputError, raise_problems
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.backends.spec import ModelSpec
-from judge.executor import BatchFn, Executor, LocalExecutor
 from judge.images import load_image
-from judge.jsonl import InputError, raise_problems
 from judge.judging import batch_seed
 from judge.prompt import MAX_CANDIDATES
 

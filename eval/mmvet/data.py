@@ -1,4 +1,4 @@
-"""MM-Vet's questions: `mm-vet.json` read and validated (through `judge.jsonl.parse_records`, as every
+"""MM-Vet's questions: `mm-vet.json` read and validated (through `jobs.jsonl.parse_records`, as every
 benchmark's rows are), and the data hash a run records.
 
 A real `mm-vet.json` entry (images live in `<json dir>/images` by default):
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.provenance import data_provenance, row_sha256, with_image_file
-from judge.jsonl import InputError, parse_records
+from jobs.jsonl import InputError, parse_records
 from judge.types import DataError
 
 CAPABILITIES = ("rec", "ocr", "know", "gen", "spat", "math")

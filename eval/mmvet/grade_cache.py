@@ -10,8 +10,8 @@ from typing import Any
 
 from eval.mmvet.data import MMVetQuestion
 from eval.mmvet.grader import grade_predictions
+from jobs.jsonl import ResumableJsonlWriter, read_complete_rows
 from judge.backends.base import Backend
-from judge.jsonl import ResumableJsonlWriter, read_complete_rows
 
 
 def _grade_key(question_id: str, index: int, text: str, run: int = 0) -> str:

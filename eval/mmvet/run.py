@@ -12,10 +12,10 @@ from eval.mmvet.grade_cache import GradeCache, backend_label, read_rows_by_id
 from eval.mmvet.grader import Grade
 from eval.mmvet.report import mmvet_report
 from eval.mmvet.scoring import SELECTORS, capabilities_in, oracle_pick, random_pick, score_mmvet
+from jobs.executor import Executor
+from jobs.jsonl import InputError
+from jobs.judge_file import JudgeSpec, select_work
 from judge.backends.base import Backend
-from judge.executor import Executor
-from judge.jobs import JudgeSpec, select_work
-from judge.jsonl import InputError
 from judge.judging import Judge
 from judge.prompt import MAX_CANDIDATES
 from judge.types import MCItem, Verdict

@@ -13,7 +13,7 @@ from benchmarks.equal_work import GenerateCounter, force_in_folder, vllm_extra_b
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.openai_http import OpenAIBackend
 from judge.models import load_model
-from tests.support.openai_server import serve
+from tiny_world.servers.openai_server import serve
 
 
 def test_generate_counter_forces_the_length_and_counts_rows_times_new_tokens(tiny_lm_dir):

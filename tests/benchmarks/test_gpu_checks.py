@@ -139,7 +139,7 @@ def test_what_the_gpu_run_imports_needs_no_server_packages():
 import sys
 for name in ("fastapi", "uvicorn", "starlette", "openai"):
     sys.modules[name] = None  # import fails as if it were not installed
-from scripts.cli import build_parser
+from mrjudge.cli import build_parser
 build_parser()
 import benchmarks.adapter_handoff, benchmarks.gpu_checks, benchmarks.judge_throughput, benchmarks.prefix_replay
 import data_synthesis.pipeline, judge.backends.hf, training.grpo, training.replay, training.sft

@@ -18,7 +18,7 @@ from data_synthesis.distill import (
 from data_synthesis.prompts import hint_sentence
 from judge.backends import make_backend
 from judge.backends.base import SamplingParams
-from tests.support.openai_server import make_app, serve
+from tiny_world.servers.openai_server import make_app, serve
 
 REWRITES = [
     # (text, after hint removal, after style alignment)

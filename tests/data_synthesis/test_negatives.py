@@ -8,7 +8,7 @@ from PIL import Image
 from data_synthesis.negatives import ModelNegatives, parse_negatives_reply, screen_negatives
 from data_synthesis.records import Negative
 from judge.backends import make_backend
-from tests.support.openai_server import make_app, serve
+from tiny_world.servers.openai_server import make_app, serve
 
 REPLIES = [
     ('[{"answer": "It is blue.", "flaw": "hallucinated_attribute"}]', 1),  # the asked-for form

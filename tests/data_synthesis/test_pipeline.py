@@ -11,10 +11,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from mrjudge.cli import main
 from PIL import Image
 
 from judge.images import load_image
-from scripts.cli import main
 
 
 def _read(path: Path) -> list[dict]:
@@ -82,7 +82,7 @@ def test_scene_generator_refuses_other_data(tmp_path, capsys):
 
 def _negatives_cmd(model: Path, world: Path, out: Path) -> list[str]:
     return [
-        sys.executable, "-m", "scripts.cli", "synth", "negatives", "--input", str(world), "--out", str(out),
+        sys.executable, "-m", "mrjudge.cli", "synth", "negatives", "--input", str(world), "--out", str(out),
         "--generator", "model", "--model", str(model), "--batch-size", "1", "--max-attempts", "1",
         "--max-new-tokens", "48",
     ]  # fmt: skip

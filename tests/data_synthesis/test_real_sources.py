@@ -11,15 +11,15 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from mrjudge.cli import main
 from PIL import Image
 
 from data_synthesis.assemble import to_sft_example
 from data_synthesis.pipeline import SynthConfig, load_rows
 from data_synthesis.sources import load_sft_records, write_records
+from jobs.jsonl import InputError, read_jsonl
 from judge.images import load_image
-from judge.jsonl import InputError, read_jsonl
 from judge.types import DataError
-from scripts.cli import main
 
 
 def photo(path, size=(64, 48), seed=0, fmt="JPEG"):

@@ -15,8 +15,8 @@ from PIL import Image
 from data_synthesis.records import SFTRecord, group_of
 from data_synthesis.source_images import safe_name as _safe_name
 from data_synthesis.sources import FieldMap, load_sft_records, write_records
+from jobs.jsonl import InputError, read_jsonl
 from judge.images import image_to_data_url, load_image
-from judge.jsonl import InputError, read_jsonl
 from judge.types import DataError
 
 RED, BLUE = (220, 0, 0), (0, 0, 200)

@@ -1,6 +1,6 @@
 """Synthesis against a thinking model: replies in every form, truncation, failures per row, rerun equality.
 
-The server is `tests.support.thinking_server`: a real loopback OpenAI endpoint (FastAPI + uvicorn) talked
+The server is `tiny_world.servers.thinking_server`: a real loopback OpenAI endpoint (FastAPI + uvicorn) talked
 to by the project's OpenAI backend, answering each row in the mode its key selects.
 """
 
@@ -15,16 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
+from mrjudge.cli import main
 
 from data_synthesis.pipeline import ModelSpec, SynthConfig, run_distill
 from data_synthesis.sampling import DEFAULTS, row_seed, sampling_for
 from data_synthesis.stages import TooManyFailures
 from data_synthesis.thinking import read_reply
+from jobs.jsonl import read_jsonl, write_jsonl_atomic
 from judge.backends.base import Generation
-from judge.jsonl import read_jsonl, write_jsonl_atomic
-from scripts.cli import main
-from tests.support.openai_server import serve
-from tests.support.thinking_server import REWRITER_THINKING, make_thinking_app
+from tiny_world.servers.openai_server import serve
+from tiny_world.servers.thinking_server import REWRITER_THINKING, make_thinking_app
 
 REPLIES = [
     # (generation, thinking, body, truncated)
@@ -216,7 +216,7 @@ def test_stage_flags_reach_the_server(tmp_path, capsys):
 def _run_cli(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return subprocess.Popen(
-        [sys.executable, "-m", "scripts.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-m", "mrjudge.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
 
 

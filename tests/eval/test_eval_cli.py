@@ -7,11 +7,11 @@ import json
 
 import evaluate
 import pytest
+from mrjudge.cli import main
 
 from eval.metrics import module_path
-from scripts.cli import main
 from tests.eval.fixtures import write_mmrb, write_vlrb_jsonl
-from tests.support.openai_server import make_app, serve
+from tiny_world.servers.openai_server import make_app, serve
 
 VLRB_KEYS = {
     "overall_accuracy",
@@ -140,7 +140,7 @@ def test_multimodal_rewardbench_both_modes_and_evaluate_module(parrot_dir, parro
 
 def test_mm_vet_best_of_n_from_the_command_line(parrot_dir, tmp_path, capsys):
     from tests.eval.test_mmvet import FIRST, ORACLE, _write_candidates, _write_dataset
-    from tests.support.grader_server import make_grader_app
+    from tiny_world.servers.grader_server import make_grader_app
 
     data = _write_dataset(tmp_path)
     files = [str(p) for p in _write_candidates(tmp_path)]

@@ -1,7 +1,7 @@
 """MM-Vet best-of-N: official grading text and retry rule, metrics by hand, and whole runs on loopback.
 
 Offline: the dataset is four questions in MM-Vet's schema with small PIL images built in tmp_path, the
-grader is `tests.support.grader_server` (a stand-in for GPT-4 with a hand-computable rule) served on
+grader is `tiny_world.servers.grader_server` (a stand-in for GPT-4 with a hand-computable rule) served on
 loopback, and the judge is the tiny trained parrot.
 """
 
@@ -31,14 +31,14 @@ from eval.mmvet import (
     save_candidates,
     score_mmvet,
 )
+from jobs.jsonl import InputError
 from judge.backends import make_backend
 from judge.backends.base import Generation
 from judge.backends.hf import TransformersBackend
 from judge.backends.openai_http import OpenAIBackend
-from judge.jsonl import InputError
 from judge.judging import Judge, JudgeConfig
-from tests.support.grader_server import MODEL_NAME, make_grader_app
-from tests.support.openai_server import make_app, serve
+from tiny_world.servers.grader_server import MODEL_NAME, make_grader_app
+from tiny_world.servers.openai_server import make_app, serve
 
 MMVET = {
     "v1_0": {"imagename": "v1_0.png", "question": "What is x in the equation?", "answer": "-1<AND>-5",

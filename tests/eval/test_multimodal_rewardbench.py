@@ -6,7 +6,7 @@ import pytest
 
 from eval import multimodal_rewardbench as mmrb
 from eval.multimodal_rewardbench import MMRBConfig, official_predict, parse_official, score
-from judge.jsonl import InputError
+from jobs.jsonl import InputError
 from judge.judging import item_rng
 from tests.eval.fixtures import ScriptedJudge, write_mmrb
 

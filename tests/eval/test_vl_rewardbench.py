@@ -6,7 +6,7 @@ import pytest
 
 from eval import vl_rewardbench as vlrb
 from eval.vl_rewardbench import VLRBConfig, call_outcome, item_outcome, official_predict, parse_official, score
-from judge.jsonl import InputError
+from jobs.jsonl import InputError
 from tests.eval.fixtures import VLRB_IDS, ScriptedJudge, write_vlrb_jsonl, write_vlrb_parquet
 
 

@@ -16,12 +16,12 @@ from collections import defaultdict
 
 import pytest
 from fastapi import FastAPI, Request
+from mrjudge.cli import main
 
 from eval import vl_rewardbench as vlrb
 from eval.vl_rewardbench import VLRBConfig, official_predict
-from scripts.cli import main
 from tests.eval.fixtures import _png, _shown_answers
-from tests.support.openai_server import serve
+from tiny_world.servers.openai_server import serve
 
 # (id, query, responses, human_ranking): POVID queries start with "<image>\n"; two ids repeat with other
 # responses, as 18 do in the GitHub copy (e.g. mathverse_3414).

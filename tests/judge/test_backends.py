@@ -13,8 +13,8 @@ from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
 from judge.prompt import build_messages
 from tests.conftest import make_items
-from tests.support.openai_server import make_app, serve
 from tests.support.parrot import PARROT_P_B
+from tiny_world.servers.openai_server import make_app, serve
 
 GREEDY = SamplingParams(max_new_tokens=40)
 

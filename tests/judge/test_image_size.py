@@ -15,6 +15,7 @@ import shutil
 import httpx
 import numpy as np
 import pytest
+from mrjudge.cli import main
 from PIL import Image
 
 from judge.backends.base import ChatRequest, Generation, SamplingParams
@@ -24,12 +25,11 @@ from judge.images import fitted_size
 from judge.judging import Judge, JudgeConfig
 from judge.models import load_model, load_processor, set_pixel_range
 from judge.policy_reward import JudgeRewardFunction
-from judge.server import ServerConfig, create_app
-from judge.server.background import serve_in_thread
-from scripts.cli import main
-from tests.support.openai_server import make_app
-from tests.support.openai_server import serve as serve_openai
+from reward_server import ServerConfig, create_app
+from reward_server.background import serve_in_thread
 from tests.support.scripted_judge import RuleJudgeBackend
+from tiny_world.servers.openai_server import make_app
+from tiny_world.servers.openai_server import serve as serve_openai
 
 STOCK_MIN_PIXELS = 3136
 STOCK_MAX_PIXELS = 12_845_056
@@ -224,8 +224,8 @@ EVAL_COMMANDS = [
 
 @pytest.mark.parametrize("command", EVAL_COMMANDS, ids=lambda c: c[1])
 def test_every_eval_command_gives_the_range_to_the_judge_and_its_model(command):
-    from scripts import eval_cmd
-    from scripts.cli import build_parser
+    from mrjudge import eval_cmd
+    from mrjudge.cli import build_parser
 
     args = build_parser().parse_args([*command, "--model", "m", "--out", "o", "--max-pixels", str(CAP)])
     assert eval_cmd.judge_config_from(args).max_pixels == CAP  # MC mode: the judge resizes
@@ -233,10 +233,10 @@ def test_every_eval_command_gives_the_range_to_the_judge_and_its_model(command):
 
 
 def test_serve_and_synth_take_the_flags():
-    from scripts import synth_cmd
-    from scripts.cli import build_parser
-    from scripts.engine_flags import pixel_options
-    from scripts.judge_cmd import judge_config_from
+    from mrjudge import synth_cmd
+    from mrjudge.cli import build_parser
+    from mrjudge.engine_flags import pixel_options
+    from mrjudge.judge_cmd import judge_config_from
 
     parser = build_parser()
     serve = parser.parse_args(["serve", "--model", "m", "--max-pixels", str(CAP), "--min-pixels", "3136"])

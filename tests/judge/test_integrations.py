@@ -62,7 +62,7 @@ def images(tmp_path_factory) -> Path:
 def serve(parrot_dir, images, tmp_path_factory):
     """`mrjudge serve` on a free port (--port 0) with groups of 4; yields (usage text, base URL)."""
     log = tmp_path_factory.mktemp("serve") / "out.txt"
-    command = [sys.executable, "-m", "scripts.cli", "serve", "--model", str(parrot_dir), "--device", "cpu"]
+    command = [sys.executable, "-m", "mrjudge.cli", "serve", "--model", str(parrot_dir), "--device", "cpu"]
     command += ["--port", "0", "--api-key", KEY, "--max-new-tokens", "24", "--log-level", "warning"]
     command += ["--group-size", "4", "--group-wait-s", "2", "--allow-local-images", str(images), "--max-wait-ms", "1"]
     with log.open("wb") as out:

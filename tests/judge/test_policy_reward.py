@@ -29,8 +29,8 @@ from judge.policy_reward import (
 )
 from judge.reward_scoring import RewardRequest, compute_rewards
 from judge.types import DataError
-from tests.support.openai_server import serve
 from tests.support.scripted_judge import RuleJudgeBackend
+from tiny_world.servers.openai_server import serve
 
 ALWAYS_500 = "[always-500]"
 """A prompt carrying this marker is answered 500 by the stand-in, every time."""
@@ -338,7 +338,7 @@ def test_backoff_doubles_with_jitter_and_honours_retry_after():
 
 def test_against_the_real_reward_server_with_a_key(monkeypatch):
     """The same rewards through `mrjudge serve`'s app as in process, sync and async, key from the environment."""
-    from judge.server import ServerConfig, create_app
+    from reward_server import ServerConfig, create_app
 
     image = Image.new("RGB", (30, 20), "green")
     prompts = ["Q", "Q", "Q", "R"]

@@ -19,6 +19,6 @@ def ray_local():
 @pytest.fixture
 def ray_engine(ray_local):
     """A Ray engine with two workers (actors for model work, tasks for CPU work)."""
-    from judge.executor import RayConfig, RayExecutor
+    from jobs.executor import RayConfig, RayExecutor
 
     return RayExecutor(RayConfig(workers=2))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from mrjudge.cli import main
 
-from scripts.cli import main
 from tests.eval.fixtures import write_mmrb, write_vlrb_jsonl
-from tests.support.openai_server import serve
+from tiny_world.servers.openai_server import serve
 
 RAY = ["--engine", "ray", "--ray-workers", "2"]
 
@@ -62,7 +62,7 @@ def test_multimodal_rewardbench_on_ray_equals_local(ray_local, parrot_dir, tmp_p
 
 def test_mm_vet_best_of_n_with_sampled_candidates_on_ray_equals_local(ray_local, parrot_dir, tmp_path):
     from tests.eval.test_mmvet import _write_dataset
-    from tests.support.grader_server import make_grader_app
+    from tiny_world.servers.grader_server import make_grader_app
 
     data = _write_dataset(tmp_path)
     args = ["--model", str(parrot_dir), "--policy", str(parrot_dir), "--n", "2", "--policy-max-new-tokens", "12"]
@@ -74,7 +74,7 @@ def test_mm_vet_best_of_n_with_sampled_candidates_on_ray_equals_local(ray_local,
 
 
 def test_judge_command_on_ray_equals_local(ray_local, parrot_dir, tmp_path):
-    from tests.scripts.test_cli import _write_items
+    from tests.cli.test_cli import _write_items
 
     items, _ = _write_items(tmp_path, n=7)
     args = ["judge", "--model", str(parrot_dir), "--input", str(items), "--max-new-tokens", "40", "--batch-size", "2"]

@@ -7,7 +7,7 @@ from functools import partial
 
 import pytest
 
-from judge.executor import BatchFn, LocalExecutor, RayConfig, RayExecutor, make_executor
+from jobs.executor import BatchFn, LocalExecutor, RayConfig, RayExecutor, make_executor
 
 
 def _double(batch):
@@ -97,7 +97,7 @@ def test_pool_width_follows_the_cluster_and_the_model():
 
 def test_loaded_models_stay_on_the_local_engine(tmp_path):
     from eval.mmvet import generate_candidates
-    from judge.jobs import judge_file, select_work
+    from jobs.judge_file import judge_file, select_work
     from judge.judging import Judge
 
     ray = RayExecutor()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mrjudge.cli import main
+
 from data_synthesis.pipeline import SynthConfig, run_all, run_negatives
+from jobs.jsonl import read_jsonl
 from judge.backends.spec import ModelSpec
-from judge.jsonl import read_jsonl
-from scripts.cli import main
 
 OUTPUTS = [
     "records.jsonl",
@@ -55,7 +56,7 @@ def test_model_negatives_in_a_ray_actor_pool_equal_local_and_resume(ray_local, p
     spec = ModelSpec(str(parrot_dir), "hf", {"device": "cpu"})
     local_rows, local = run_negatives(world, tmp_path / "local", model=spec, show_progress=False, **options)
 
-    from judge.executor import RayConfig, RayExecutor
+    from jobs.executor import RayConfig, RayExecutor
 
     engine = RayExecutor(RayConfig(workers=2))
     # A run that stopped after its first two batches: their rows are in the .partial file.

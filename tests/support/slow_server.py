@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 from judge.judging import Judge, JudgeConfig
-from judge.server import ServerConfig, create_app
-from judge.server.run import run_server
+from reward_server import ServerConfig, create_app
+from reward_server.run import run_server
 from tests.support.scripted_judge import SlowRuleBackend
 
 

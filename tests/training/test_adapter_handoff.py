@@ -1,7 +1,7 @@
 """Adapters leaving training: exported on every save, and handed to a generation server without the base.
 
 The server is the loopback OpenAI-compatible stand-in with vLLM's runtime LoRA endpoints
-(`tests.support.openai_server`): adapters are loaded there with PEFT over its own resident base.
+(`tiny_world.servers.openai_server`): adapters are loaded there with PEFT over its own resident base.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from judge.adapters import AdapterStore
+from adapter_revisions import AdapterStore
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.hf import TransformersBackend
 from judge.backends.openai_http import OpenAIBackend
 from judge.models import LoadedModel, load_model
 from tests.support.adapters import lora_model
-from tests.support.openai_server import make_app, serve
 from tests.training.test_training import _sft
+from tiny_world.servers.openai_server import make_app, serve
 from training.common import load_config
 from training.handoff import AdapterHandoff
 from training.policy import JudgePolicyGRPOConfig

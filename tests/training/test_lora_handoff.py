@@ -18,9 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from mrjudge.cli import main
 from safetensors.torch import load_file
-
-from scripts.cli import main
 
 CPU = ["use_cpu=true", "bf16=false", "report_to=none", "logging_steps=1", "disable_tqdm=true", "seed=0"]
 JUDGE = ["--device", "cpu", "--max-new-tokens", "12", "--orders", "1", "--batch-size", "4"]
@@ -137,7 +136,7 @@ def test_base_without_an_adapter_and_with_a_server_is_refused(tiny_vlm_dir, item
 
 
 def test_merge_writes_a_full_model_folder_that_judges_alike(merged, sft_adapter, items, adapter_verdicts, tmp_path):
-    from judge.adapters.merge import MERGE_RECORD
+    from adapter_revisions.merge import MERGE_RECORD
 
     names = {p.name for p in merged.iterdir()}
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -178,7 +177,7 @@ def _free_port() -> int:
 
 def test_serve_from_the_merged_folder_matches_the_cli_judge(merged, items, adapter_verdicts):
     port = _free_port()
-    command = [sys.executable, "-m", "scripts.cli", "serve", "--model", str(merged), "--port", str(port),
+    command = [sys.executable, "-m", "mrjudge.cli", "serve", "--model", str(merged), "--port", str(port),
                "--log-level", "warning", *JUDGE]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

@@ -12,8 +12,8 @@ import math
 
 import pytest
 import torch
+from mrjudge.cli import main
 
-from scripts.cli import main
 from training.multi_policy import MultiPolicyConfig, MultiPolicyTrainer, load_multi_policy_config
 from training.multi_policy.rewards import reference_f1
 from training.multi_policy.rollout import RolloutRequest, generate_mixed
@@ -247,7 +247,7 @@ def test_concurrent_training_ends_with_the_sequential_adapters(tiny_lm_dir, tmp_
 
 def test_a_failing_policy_stops_alone(tiny_lm_dir, tmp_path, prompts):
     """A NaN reward and an empty data file stop their policies with the error; the good one trains on."""
-    from judge.adapters.store import AdapterStore
+    from adapter_revisions.store import AdapterStore
 
     policies = [
         {"name": "good", "train_file": prompts["colours"], "seed": 1},
@@ -306,7 +306,7 @@ def test_reference_f1():
 def test_a_judge_rewarded_policy_beside_a_local_one(tiny_lm_dir, tmp_path, prompts):
     """`reward: judge` scores through a reward server over loopback HTTP (the stand-in rule judge)."""
     from tests.judge.test_policy_reward import _fresh_state, make_reward_app
-    from tests.support.openai_server import serve
+    from tiny_world.servers.openai_server import serve
 
     state = _fresh_state()
     with serve(make_reward_app(state)) as url:
@@ -325,7 +325,7 @@ def test_a_judge_rewarded_policy_beside_a_local_one(tiny_lm_dir, tmp_path, promp
 def test_init_from_continues_a_store_revision(tiny_lm_dir, tmp_path, prompts):
     """A policy starts from its store revision's weights and shape; exports name it as parent; a bad ref
     stops only its own policy."""
-    from judge.adapters.store import AdapterStore
+    from adapter_revisions.store import AdapterStore
 
     first = MultiPolicyTrainer(_config(tiny_lm_dir, tmp_path, prompts, policies=[
         {"name": "colours", "train_file": prompts["colours"], "seed": 1}]))  # fmt: skip

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.vllm_local import free_port
+from judge.backends.vllm_local import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE = Path(sys.executable).parent / "accelerate"
@@ -32,7 +32,7 @@ BATCH = 2
 
 def _sft_args(tiny_vlm_dir: Path, synth_data: Path, out: Path) -> list[str]:
     """The tiny recipe, as the README's CPU rehearsal runs it, pointed at the test's model and data."""
-    return ["-m", "scripts.cli", "train", "sft", "--config", "configs/judge_sft_tiny.yaml",
+    return ["-m", "mrjudge.cli", "train", "sft", "--config", "configs/judge_sft_tiny.yaml",
             f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'sft' / 'train.jsonl'}",
             f"eval_file={synth_data / 'sft' / 'val.jsonl'}", f"output_dir={out}", f"max_steps={MAX_STEPS}",
             f"per_device_train_batch_size={BATCH}", "save_strategy=no", "report_to=none", "logging_steps=1",

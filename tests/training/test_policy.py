@@ -12,13 +12,13 @@ import math
 from pathlib import Path
 
 import pytest
+from mrjudge.cli import main
 from transformers import TrainerCallback
 
 from judge.policy_reward import AsyncJudgeRewardFunction, JudgeRewardFunction
 from judge.types import DataError
-from scripts.cli import main
 from tests.judge.test_policy_reward import _fresh_state, make_reward_app
-from tests.support.openai_server import serve
+from tiny_world.servers.openai_server import serve
 from training.common import load_config
 from training.policy import JudgePolicyGRPOConfig, build_policy_trainer, load_prompt_dataset
 

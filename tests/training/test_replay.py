@@ -251,7 +251,7 @@ def vlm_batch(model_dir: Path) -> tuple[ReplayBatch, int]:
     one image prompt with a single completion. Returns the batch and the image token id."""
     from transformers import AutoProcessor
 
-    import judge.hf_compat  # noqa: F401  (the image-only processor, no torchvision needed)
+    import judge.backends.hf_compat  # noqa: F401  (the image-only processor, no torchvision needed)
 
     processor = AutoProcessor.from_pretrained(model_dir)
     processor.tokenizer.padding_side = "left"
@@ -436,7 +436,7 @@ def trainer(model_dir: Path, tmp_path: Path, *, lora: bool = False, **overrides)
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl import GRPOConfig
 
-    import judge.hf_compat  # noqa: F401
+    import judge.backends.hf_compat  # noqa: F401
     from training.replay_trainer import ReplayGRPOTrainer
 
     processor = AutoProcessor.from_pretrained(model_dir)
@@ -543,7 +543,7 @@ def test_replay_branch_batch_must_be_positive():
 
 
 def test_two_policy_steps_with_replay_from_the_cli(tiny_vlm_dir, tmp_path, capsys):
-    from scripts.cli import main
+    from mrjudge.cli import main
 
     rng = random.Random(0)
     rows = []
@@ -638,7 +638,7 @@ def test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path, pro
     script.write_text(DDP_SCRIPT)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    from scripts.vllm_local import free_port
+    from judge.backends.vllm_local import free_port
 
     # A port of its own: the default 29500 can still be held by an earlier distributed test's store.
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
+from mrjudge.cli import main
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from scripts.cli import main
 from training.common import load_config
 from training.grpo import JudgeGRPOConfig, run_grpo
 from training.sft import JudgeSFTConfig, run_sft

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.vllm_local import REPO, VLLMServer, VLLMUnavailable, python_env, vllm_venv
+from judge.backends.vllm_local import REPO, VLLMServer, VLLMUnavailable, python_env, vllm_venv
 
 SERVED_NAME = "tiny-judge"
 LOGPROB_ATOL = 1e-4
@@ -58,9 +58,9 @@ def _needs_vllm(vllm_venv_dir):
 @pytest.fixture(scope="session")
 def vllm_judge_dir(tmp_path_factory) -> Path:
     """A tiny32 judge that answers in the judge format and describes images, in a folder vLLM can load."""
-    from judge.hf_compat import write_stock_processor_config
-    from judge.tiny import build_tiny_model
+    from judge.backends.hf_compat import write_stock_processor_config
     from tests.vllm.judge_parrot import train_judge_parrot
+    from tiny_world.model import build_tiny_model
 
     base = build_tiny_model(tmp_path_factory.mktemp("tiny32"), size="tiny32", seed=0)
     folder = train_judge_parrot(base, tmp_path_factory.mktemp("tiny32-parrot"), steps=100, seed=0)

@@ -11,10 +11,10 @@ import pytest
 
 from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
-from judge.tiny import TINY_MAX_PIXELS
 from judge.types import MCItem
 from tests.judge.test_image_size import CAP, PHOTO, photo, visual_tokens
 from tests.vllm.conftest import ENGINE
+from tiny_world.model import TINY_MAX_PIXELS
 
 pytestmark = pytest.mark.vllm
 

@@ -124,7 +124,8 @@ def test_runtime_lora_adapter_matches_peft(vllm_url, vllm_lora_dir, vllm_judge_d
 
 
 def test_vl_rewardbench_mc_mode_through_vllm_serve(vllm_url, vllm_judge_dir, tmp_path):
-    from scripts.cli import main
+    from mrjudge.cli import main
+
     from tests.eval.fixtures import write_vlrb_jsonl
 
     data = write_vlrb_jsonl(tmp_path)
@@ -140,7 +141,7 @@ def test_vl_rewardbench_mc_mode_through_vllm_serve(vllm_url, vllm_judge_dir, tmp
 
 
 def test_describe_stage_through_vllm_serve(vllm_url, tmp_path, capsys):
-    from scripts.cli import main
+    from mrjudge.cli import main
 
     world, negatives, described = (tmp_path / name for name in ("world", "negatives", "described"))
     assert main(["synth", "world", "--n", "4", "--seed", "0", "--out", str(world)]) == 0

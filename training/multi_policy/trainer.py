@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import nanstd
 
-from judge.adapters.store import ADAPTER_WEIGHTS
+from adapter_revisions.store import ADAPTER_WEIGHTS
 from training.multi_policy.config import MultiPolicyConfig, PolicySpec
 from training.multi_policy.objective import advantages, row_weights, token_loss
 from training.multi_policy.rollout import RolloutRequest, generate_mixed, sequence_logps
@@ -101,7 +101,7 @@ class MultiPolicyTrainer:
             )
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.eos_id = self.tokenizer.eos_token_id
-        from judge.adapters.fingerprint import base_fingerprint
+        from adapter_revisions.fingerprint import base_fingerprint
 
         self.fingerprint = base_fingerprint(base)
         self.model = None
@@ -139,7 +139,7 @@ class MultiPolicyTrainer:
         )
         if not spec.init_from:
             return fresh, None
-        from judge.adapters.store import AdapterStore, check_base
+        from adapter_revisions.store import AdapterStore, check_base
 
         try:
             revision = AdapterStore(self.config.store_root).resolve(spec.init_from)
@@ -365,7 +365,7 @@ class MultiPolicyTrainer:
     # -- export and status ------------------------------------------------------------------------------------
 
     def _export(self, run: PolicyRun) -> None:
-        from judge.adapters.store import AdapterStore
+        from adapter_revisions.store import AdapterStore
 
         store = AdapterStore(self.config.store_root)
         metrics = {k: float(v) for k, v in (run.history[-1] if run.history else {}).items() if k != "step"}

@@ -1,0 +1,151 @@
+"""Judge a JSONL file of MC items into a JSONL file of verdicts: validated, resumable, atomic.
+
+This is what `mrjudge judge` runs; it lives in the library so that evaluation and synthesis jobs reuse
+the same resume and summary logic. A job takes a loaded `Judge`, or a `JudgeSpec` (the judge named, not
+loaded) to run on an executor that builds it where the batches run: one judge per Ray actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from jobs.executor import BatchFn, Executor
+from jobs.jsonl import read_records
+from jobs.resumable import run_resumable
+from judge.backends.spec import ModelSpec
+from judge.judging import Judge, JudgeConfig
+from judge.types import DataError, MCItem, Verdict
+
+__all__ = ["JudgeRunSummary", "JudgeSpec", "judge_file", "load_items", "select_work", "summarize"]
+
+
+@dataclass
+class JudgeSpec:
+    """A judge named, not loaded: the model, the judging settings and where relative image paths start."""
+
+    model: ModelSpec
+    config: JudgeConfig = field(default_factory=JudgeConfig)
+    image_root: str | Path | None = None
+
+    def build(self) -> Judge:
+        """The judge over this spec's backend (the backend loads once per process and is reused)."""
+        return Judge(self.model.build(), self.config, image_root=self.image_root)
+
+    @property
+    def name(self) -> str:
+        return self.model.model
+
+
+def _selector(spec: JudgeSpec) -> Callable[[Sequence[MCItem]], list[Verdict]]:
+    return spec.build().select
+
+
+def select_work(judge: Judge | JudgeSpec, engine: Executor | None = None) -> BatchFn:
+    """MC items → verdicts: a loaded judge runs here; a spec is built where the batches run.
+
+    A loaded judge cannot go to another engine (its model would be pickled into every task): pass a
+    `JudgeSpec` there instead.
+    """
+    if isinstance(judge, JudgeSpec):
+        return BatchFn.on_models(partial(_selector, judge), judge.model, name="select")
+    if engine is not None and engine.name != "local":
+        raise ValueError(f"a loaded Judge runs only on the local engine; give the {engine.name} engine a JudgeSpec")
+    return BatchFn.of(judge.select, "select")
+
+
+@dataclass
+class JudgeRunSummary:
+    """What a judging run did, for the terminal and for logs."""
+
+    n_items: int
+    n_judged_now: int
+    n_skipped: int
+    n_unparsed: int
+    accuracy: float | None
+    """Share of labelled items whose choice equals the label (unparsed counts as wrong)."""
+    consistency: float | None
+    """Share of items with a `consistent` flag whose flag is true."""
+    wall_s: float
+    items_per_s: float | None
+
+
+def load_items(path: str | Path, *, check_images: bool = True) -> list[MCItem]:
+    """Read and validate an MC-item JSONL file; every bad line is reported with its number and field.
+
+    With `check_images`, image paths must name existing files (relative paths are resolved against the
+    file's folder), so a typo fails before any model is loaded rather than halfway through a run.
+    """
+    base = Path(path).parent
+
+    def parse(row: object, where: str) -> MCItem:
+        item = MCItem.from_dict(row, where=where)
+        for ref in item.images if check_images else ():
+            if isinstance(ref, str) and not ref.startswith("data:") and not (base / ref).is_file():
+                raise DataError(
+                    "image",
+                    f"file not found: {base / ref}",
+                    "fix the path (relative paths are resolved against the JSONL file's folder)",
+                    where,
+                )
+        return item
+
+    return read_records(path, parse)
+
+
+def summarize(
+    items: Sequence[MCItem], verdicts: Sequence[Verdict], *, n_judged_now: int, wall_s: float
+) -> JudgeRunSummary:
+    by_id = {v.id: v for v in verdicts}
+    labelled = [(item, by_id[item.id]) for item in items if item.label is not None and item.id in by_id]
+    flags = [v.consistent for v in verdicts if v.consistent is not None]
+    return JudgeRunSummary(
+        n_items=len(items),
+        n_judged_now=n_judged_now,
+        n_skipped=len(items) - n_judged_now,
+        n_unparsed=sum(v.choice is None for v in verdicts),
+        accuracy=sum(v.choice == item.label for item, v in labelled) / len(labelled) if labelled else None,
+        consistency=sum(flags) / len(flags) if flags else None,
+        wall_s=wall_s,
+        items_per_s=n_judged_now / wall_s if n_judged_now and wall_s > 0 else None,
+    )
+
+
+def _verdict_rows(items: Sequence[MCItem], verdicts: list[Verdict]) -> list[dict]:
+    return [v.to_dict() for v in verdicts]
+
+
+def judge_file(
+    judge: Judge | JudgeSpec,
+    items: Sequence[MCItem],
+    output: str | Path,
+    *,
+    show_progress: bool = False,
+    engine: Executor | None = None,
+) -> tuple[list[Verdict], JudgeRunSummary]:
+    """Judge the items whose ids are not yet in `output`, appending as batches finish.
+
+    Args:
+        judge: the configured judge, or a `JudgeSpec` to build it where the batches run.
+        items: validated items (see `load_items`).
+        output: verdict JSONL; finished ids in it (or in its `.partial` file) are skipped.
+        show_progress: draw a progress bar (items done out of all).
+        engine: the executor the batches run on (default: this process; Ray needs a `JudgeSpec`).
+
+    Returns:
+        All verdicts for `items` (earlier runs' included), in the items' order, and a summary.
+    """
+    run = run_resumable(
+        output,
+        items,
+        select_work(judge, engine),
+        batch_size=judge.config.batch_size,
+        engine=engine,
+        finish=_verdict_rows,
+        label="judging",
+        show_progress=show_progress,
+    )
+    verdicts = [Verdict.from_dict(row) for row in run.rows_for(item.id for item in items)]
+    return verdicts, summarize(items, verdicts, n_judged_now=run.n_todo, wall_s=run.wall_s)

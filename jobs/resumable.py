@@ -1,0 +1,153 @@
+"""The one per-row job loop: resume, batch, run on an executor, append, publish atomically.
+
+Judging a file (`jobs.judge_file.judge_file`), a benchmark's predictions (`eval.common.resumable_predictions`)
+and every synthesis stage (`data_synthesis.stages.run_stage`) are this loop with different work:
+
+- output goes through `ResumableJsonlWriter`: ids already in `OUT` or `OUT.partial` are skipped, finished
+  rows are appended and flushed per batch (a killed run loses at most the batches in flight), and the
+  whole file is published by an atomic rename at the end, in the items' order;
+- the driver cuts the rows still to do into batches and an executor (`jobs.executor`) maps them, here
+  or on Ray; with `concurrency` > 1 on the local executor each row is its own call, that many in flight;
+- a row the work marks failed (`{"id", FAILED: reason, "error": ...}`) is set aside, not written: it goes
+  to `OUT_STEM.failed.jsonl` (removed when a run has none), and the next run retries it like any missing row;
+- one progress bar (`jobs.progress`) counts the items done out of all, with tokens/s and failures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobs.executor import BatchFn, Executor, LocalExecutor
+from jobs.jsonl import ResumableJsonlWriter, read_jsonl, write_jsonl_atomic
+from jobs.progress import progress_bar
+
+__all__ = ["FAILED", "ResumableRun", "failed_path_for", "run_resumable"]
+
+Row = dict[str, Any]
+
+FAILED = "__failed__"
+"""Key of the marker a batch function returns for a row whose request failed: `{"id", FAILED: reason}`."""
+
+
+@dataclass
+class ResumableRun:
+    """What `run_resumable` did."""
+
+    path: Path
+    """The published output."""
+    rows: list[Row]
+    """Every row of the output as read back from it (earlier runs' included), in file order."""
+    n_todo: int
+    """Items this run worked on (not done before it)."""
+    failures: list[Row]
+    """Rows set aside this run, `{"id", "reason", "error"}`, in the items' order."""
+    failed_path: Path
+    """Where the failures were written (the file exists only when there were any)."""
+    tokens: int
+    """Completion tokens the rows written this run cost (0 without a `tokens` function)."""
+    wall_s: float
+    """Seconds from the start of the call to the published output."""
+
+    def rows_for(self, ids: Iterable[Any]) -> list[Row]:
+        """The output rows whose id is in `ids`, in file order (a file can hold rows of earlier inputs)."""
+        wanted = set(ids)
+        return [row for row in self.rows if row["id"] in wanted]
+
+
+def failed_path_for(path: str | Path) -> Path:
+    """`OUT/stage.jsonl` → `OUT/stage.failed.jsonl`: where a job's failed rows go."""
+    path = Path(path)
+    return path.with_name(f"{path.name.removesuffix('.jsonl')}.failed.jsonl")
+
+
+def _item_id(item: Any) -> Any:
+    return item["id"] if isinstance(item, dict) else item.id
+
+
+def _one_at_a_time(run: Callable[[list[Any]], Any], todo: list[Any], concurrency: int) -> Iterator[tuple[int, Any]]:
+    """Each item its own call, `concurrency` calls in flight (threads: the calls wait on HTTP)."""
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rows")
+    futures = {pool.submit(run, [item]): index for index, item in enumerate(todo)}
+    try:
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # a real error: do not wait for the requests in flight
+        raise
+    pool.shutdown(wait=True)
+
+
+def run_resumable(
+    path: str | Path,
+    items: Sequence[Any],
+    work: BatchFn | Callable[[list[Any]], Iterable[Any]],
+    *,
+    batch_size: int,
+    item_id: Callable[[Any], Any] = _item_id,
+    engine: Executor | None = None,
+    finish: Callable[[Sequence[Any], list[Any]], Iterable[Row]] | None = None,
+    concurrency: int = 1,
+    tokens: Callable[[Row], int] | None = None,
+    label: str = "batch",
+    show_progress: bool = True,
+) -> ResumableRun:
+    """Run `work` over the items whose ids are not yet in `path`, a batch at a time, and publish `path`.
+
+    Args:
+        path: the output JSONL; finished ids in it (or in its `.partial` file) are skipped.
+        items: the inputs, each with a unique id (`item_id`; default: `item["id"]` or `item.id`).
+        work: a batch of items → one output row (a dict with `id`) per item, in any order; a `BatchFn`
+            when it should be built where it runs (one model per Ray actor).
+        batch_size: items per `work` call.
+        engine: the executor the batches run on (`--engine`; default: this process).
+        finish: `finish(batch, outputs)` turns a batch's outputs into its rows in the driver (e.g. grading
+            through a cache the driver owns).
+        concurrency: above 1 (local executor only), each item is its own `work` call, this many in flight.
+        tokens: completion tokens an output row cost, for the bar's tokens/s and `ResumableRun.tokens`.
+        label: the bar's label (and the work's name when `work` is a plain function).
+        show_progress: draw the bar.
+    """
+    if concurrency < 1:
+        raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    engine = engine or LocalExecutor()
+    work = BatchFn.of(work, label)
+    ids = [item_id(item) for item in items]
+    failed_path = failed_path_for(path)
+    failures: list[Row] = []
+    spent = 0
+    start = time.perf_counter()
+    with ResumableJsonlWriter(path) as writer:
+        finished = writer.done_ids  # a fresh set per access: take it once
+        todo = [item for item, i in zip(items, ids) if i not in finished]
+        with progress_bar(label, total=len(items), completed=len(items) - len(todo), enabled=show_progress) as bar:
+            if concurrency > 1 and engine.name == "local":
+                batches = [[item] for item in todo]
+                results = _one_at_a_time(work.build(), todo, concurrency)
+            else:
+                batches = [todo[offset : offset + batch_size] for offset in range(0, len(todo), batch_size)]
+                results = engine.map_batches(batches, work)
+            for index, outputs in results:
+                done = list(finish(batches[index], outputs) if finish else outputs)
+                ok = [row for row in done if FAILED not in row]
+                failures += [row for row in done if FAILED in row]
+                writer.write(ok)
+                spent += sum(tokens(row) for row in ok) if tokens else 0
+                note = f"{spent / max(time.perf_counter() - start, 1e-9):,.0f} tok/s" if spent else ""
+                bar.advance(len(batches[index]), note=note + (f" · {len(failures)} failed" if failures else ""))
+        final = writer.finish(order=ids)
+    position = {i: n for n, i in enumerate(ids)}
+    failures.sort(key=lambda row: position[row["id"]])
+    failures = [{"id": f["id"], "reason": f[FAILED], "error": f.get("error", "")} for f in failures]
+    if failures:
+        write_jsonl_atomic(failed_path, failures)
+    else:
+        failed_path.unlink(missing_ok=True)
+    rows = [row for _, row in read_jsonl(final)]
+    return ResumableRun(final, rows, len(todo), failures, failed_path, spent, time.perf_counter() - start)
