@@ -17,6 +17,10 @@
     python benchmarks/adapter_catalogue.py                      # N = 100,000 (5-9 min to register on 2 busy cores)
     python benchmarks/adapter_catalogue.py --revisions 5000 --duration 8    # a quick run
 
+Run time: registering 100,000 revisions took 330 s and 534 s in two runs on 2 CPU cores busy with other jobs
+(docs/adapters.md); the bare run adds the probes and two 20 s serving phases with the server's start, about
+7-11 minutes in all (its whole time was not recorded).
+
 The catalogue lives in a temporary folder (`--dir`, default the system's) and is deleted at the end.
 Prints one JSON line.
 """

@@ -3,6 +3,10 @@
     python benchmarks/gpu_checks.py --device cuda --out "$OUT"     # one H200, under 8 minutes (docs/gpu.md)
     python benchmarks/gpu_checks.py --device cpu --out /tmp/gc      # the same code on tiny shapes (CI runs it)
 
+Run time: the whole run is held to `--budget-s` (450 s on CUDA, 240 s on CPU), plus interpreter start-up. The
+CPU mode took 54 s in tests/benchmarks/test_gpu_checks.py (docs/gpu.md) and 47 s there under load (7 agents on
+2 cores); the CUDA run has not been timed yet.
+
 Three parts, each in its own subprocess (a CUDA error poisons the process it happens in, and one broken
 part must not cost the others their GPU time), each with a deadline cut from one global budget (`--budget-s`):
 
@@ -169,7 +173,7 @@ def same_kind(a: Any, b: Any) -> list[str]:
 
 
 VERDICT_KEYS = {"id", "choice", "probs", "consistent", "votes", "reasoning", "raw"}
-"""The verdict contract's keys (docs: ARCHITECTURE, "Verdict"); `usage` may follow."""
+"""The verdict contract's keys (docs/architecture.md, "Verdict"); `usage` may follow."""
 
 
 def verdict_problems(rows: list[dict[str, Any]]) -> list[str]:

@@ -20,6 +20,8 @@ with tokens/s. Without that a random judge stops wherever it writes EOS, and the
     python benchmarks/judge_throughput.py [--items 32] [--max-new-tokens 64] [--size tiny32]
     python benchmarks/judge_throughput.py --shape qwen2.5-vl-7b --items 256 --image-size 448 --batch-size 32
 
+Run time: the bare run took 41 s for its two transformers columns under load (7 agents on 2 cores), with no vLLM
+venv built for the current pins; the vLLM column adds `vllm serve`'s start-up and its 64 requests (not timed).
 Prints one JSON line with `hf_batched_items_per_s`, `hf_single_items_per_s` and `vllm_items_per_s`
 (null, with `vllm_error`, when vLLM cannot run here), each side's `*_tokens` and `*_tokens_per_s`,
 `expected_tokens` (items x orders x max_new_tokens) and `tokens_equal` (every side generated exactly that).

@@ -7,6 +7,8 @@ and after GRPO. Prints one JSON line; saves loss and reward curves as PNG beside
 
     python benchmarks/learning_curve.py --out runs/learning_curve
 
+Run time: 689 s on 2 quiet CPU cores at the defaults, 666 s with `--seed 1` (docs/learning.md).
+
 The recipe is `tiny_world.recipe.TinyJudgeRecipe`, the one `mrjudge demo` runs: every flag's default is
 the recipe's. The judge prompt is the compact one (`COMPACT_PROMPT`): the model is tiny and the CPU slow, so
 every prompt token costs steps; the recipe is otherwise the real one. What the defaults add for a judge that
@@ -16,7 +18,7 @@ tower, with a head for each token's cell, runs first and the tower is then froze
 (`--vision-warmup-steps`, `tiny_world.vision_warmup`); and the traces are `checks` traces, the picture's
 facts keyed by shape, then every option checked fact by fact (`--reasoner-style`,
 `data_synthesis.world.scene_reasoner`). `vision_sensitivity` in the JSON line says whether the judge's
-image features still depend on the picture (see `tiny_recipe.vision_sensitivity`); `--describe-share`
+image features still depend on the picture (see `tiny_world.recipe.vision_sensitivity`); `--describe-share`
 mixes image → description examples into the SFT data.
 
 Held-out pairs and their scoring are `tiny_world.heldout`'s, with its one rule: an item the judge could not decide
@@ -36,14 +38,14 @@ from typing import Any
 
 from eval.plots import training_curves
 from tiny_world.heldout import heldout_pairs, score_verdicts
-from tiny_world.recipe import History, TinyJudgeRecipe, vision_sensitivity
+from tiny_world.recipe import RENAMED, History, TinyJudgeRecipe, vision_sensitivity
 
 RECIPE = TinyJudgeRecipe()
 HELP = {f.name: f.metadata["help"] for f in fields(TinyJudgeRecipe)}
 
 
 def evaluate(recipe: TinyJudgeRecipe, model_dir: Path, items: list[Any], image_root: Path) -> dict[str, Any]:
-    judge = recipe.judge(model_dir, image_root=image_root, batch_size=recipe.batch_size)
+    judge = recipe.judge(model_dir, image_root=image_root, batch_size=recipe.per_device_train_batch_size)
     verdicts = judge.select(items)
     return {**score_verdicts(items, verdicts), "sample": verdicts[0].raw[0][:200]}
 
@@ -68,16 +70,24 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[argparse.Namespace, Tin
         "(the whole picture described first) or keyed (each fact right after its shape's kind, then diff verdicts)",
     )
     parser.add_argument("--train-vision", action="store_true", help=HELP["train_vision"])
-    parser.add_argument("--vision-lr", type=float, default=RECIPE.vision_lr, help=HELP["vision_lr"])
+    parser.add_argument(
+        "--vision-learning-rate",
+        "--vision-lr",
+        type=float,
+        default=RECIPE.vision_learning_rate,
+        help=HELP["vision_learning_rate"],
+    )
     parser.add_argument(
         "--judge-max-new-tokens", type=int, default=RECIPE.judge_max_new_tokens, help=HELP["judge_max_new_tokens"]
     )
     for name in (
-        "world_n", "image_size", "negatives_n", "max_options", "describe_share", "val_fraction", "sft_steps", "sft_lr",
-        "batch_size", "grpo_steps", "grpo_lr", "grpo_generations", "vision_warmup_steps", "seed",
+        "world_n", "image_size", "negatives_n", "max_options", "describe_share", "val_fraction", "sft_max_steps",
+        "sft_learning_rate", "per_device_train_batch_size", "grpo_max_steps", "grpo_learning_rate", "num_generations",
+        "vision_warmup_steps", "seed",
     ):  # fmt: skip
         default = getattr(RECIPE, name)
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=HELP[name])
+        old = [f"--{o.replace('_', '-')}" for o, new in RENAMED.items() if new == name]  # the old spellings still work
+        parser.add_argument(f"--{name.replace('_', '-')}", *old, type=type(default), default=default, help=HELP[name])
     args = parser.parse_args(argv)
     values = {f.name: getattr(args, f.name) for f in fields(TinyJudgeRecipe) if f.name != "kinds"}
     return args, TinyJudgeRecipe(kinds=args.kinds.split(","), **values)
@@ -113,7 +123,7 @@ def main() -> None:
     after_sft = evaluate(recipe, out / "sft", heldout, world)
 
     grpo_start = time.perf_counter()
-    if recipe.grpo_steps:
+    if recipe.grpo_max_steps:
         grpo = recipe.grpo_config(out / "sft", world / "rl" / "train.jsonl", out / "grpo")
         run_grpo(grpo, callbacks=[history["grpo"].callback()])
         final = evaluate(recipe, out / "grpo", heldout, world)
@@ -152,8 +162,8 @@ def main() -> None:
         },
         "vision_warmup_s": warmup["wall_s"],
         "vision_frozen": warmup["frozen"],
-        "sft_steps": recipe.sft_steps,
-        "grpo_steps": recipe.grpo_steps,
+        "sft_steps": recipe.sft_max_steps,
+        "grpo_steps": recipe.grpo_max_steps,
         "sft_s": round(sft_s, 1),
         "grpo_s": round(grpo_s, 1),
         "train_items": data["items"],
@@ -162,7 +172,7 @@ def main() -> None:
         # the vision tower has collapsed to a constant and only text-visible flaws can be decided.
         "vision_sensitivity": {
             name: vision_sensitivity(model, image_size=recipe.image_size, shaded=recipe.shaded)
-            for name, model in (("untrained", base), ("final", out / ("grpo" if recipe.grpo_steps else "sft")))
+            for name, model in (("untrained", base), ("final", out / ("grpo" if recipe.grpo_max_steps else "sft")))
         },
         "curves": str(out / "learning_curve.png"),
     }

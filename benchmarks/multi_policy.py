@@ -1,6 +1,6 @@
 """Concurrent multi-policy GRPO vs the same policies one after another: wall time, peak memory, curves.
 
-    python benchmarks/multi_policy.py                     # CPU, tiny text LM, P = 1, 2, 4: about 4 min on a quiet 2-core box
+    python benchmarks/multi_policy.py    # CPU, tiny text LM, P = 1, 2, 4: 197 s on 2 quiet cores (docs/multi-policy.md)
     python benchmarks/multi_policy.py --device cuda --size small --steps 8 --completion-length 64
 
 Prints one JSON line. For each P, two variants train the same P policies (each its own prompts, seed and
@@ -10,8 +10,8 @@ process and base). Each run is a fresh subprocess, so one variant's peak cannot 
 `wall_s` times `train()` only (model loading is the same in both): each variant runs `--repeats` times,
 alternating with the other variant in ABBA order, and reports its fastest wall (a busy machine's noise
 only ever slows a run down; `walls_s` lists them all, and `median_wall_ratio_pP` is the ratio of the
-medians, a check that the fastest runs are not a lucky pair). Peaks come from one more run per variant made for memory alone
-(`measure`): on CPU the process's VmHWM under glibc's `MALLOC_MMAP_THRESHOLD_`, reset through
+medians, a check that the fastest runs are not a lucky pair). Peaks come from one more run per variant made
+for memory alone (`measure`): on CPU the process's VmHWM under glibc's `MALLOC_MMAP_THRESHOLD_`, reset through
 /proc/self/clear_refs once the model and adapters are built (`peak_mib` is that peak, `train_peak_mib` the
 part above the resident size just before training); on CUDA `torch.cuda.max_memory_allocated`
 (`peak_mib`: everything allocated, weights included; `train_peak_mib`: above what was allocated before
@@ -190,7 +190,7 @@ def write_prompts(folder: Path, count: int, prompts: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--size", default="tiny", help="judge.tiny size of the text LM (tiny, small, medium)")
+    parser.add_argument("--size", default="tiny", help="tiny_world.model size of the text LM (tiny, small, medium)")
     parser.add_argument("--policies", default="1,2,4", help="P values")
     parser.add_argument("--steps", type=int, default=12, help="GRPO steps per policy")
     parser.add_argument("--prompts-per-step", type=int, default=4, help="prompts per step and policy")

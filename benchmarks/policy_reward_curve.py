@@ -2,7 +2,8 @@
 
     python benchmarks/policy_reward_curve.py --out runs/policy_reward_curve
 
-Everything is built here from the synthetic world in about three minutes (one thread), with no download:
+Everything is built here from the synthetic world in about three minutes (one thread), with no download; the
+bare run took 172 s on 2 CPU cores (docs/policy.md):
 
 - **Judge**: a `tiny` Qwen2.5-VL from the tiny-model factory after a short warm-up SFT (`training.sft`) on
   pairwise world items whose better answer is the *complete* one: the reference answer against the
@@ -26,8 +27,8 @@ malformed answer was cut off, undecided, and worth 0.5. A judge is a reward mode
 Before and after GRPO, `--heldout` world questions the policy never trained on get `--samples` sampled
 completions each (temperature 1, `tiny_world.policy_data.judge_samples`), judged the same way:
 `reward_before` / `reward_after` are their mean reward (an unscored one counts 0.5, `tiny_world.heldout`'s rule
-for undecided items, as does a held-out pair in `judge_heldout_accuracy`), `forms_before` / `forms_after` the shares of completions in the complete template, the incomplete
-one, or neither (a regex per question kind, independent of the judge: it tells learning from reward
+for undecided items, as does a held-out pair in `judge_heldout_accuracy`), `forms_before` / `forms_after` the
+shares of completions in the complete template, the incomplete one, or neither (a regex per question kind, independent of the judge: it tells learning from reward
 hacking). Prints one JSON line; saves the mean training reward per step as PNG beside `--out`.
 """
 
@@ -148,8 +149,8 @@ def sft(model: Path, train_file: Path, out: Path, steps: int, args: argparse.Nam
         model,
         train_file,
         out,
-        steps=steps,
-        batch_size=args.batch_size,
+        max_steps=steps,
+        per_device_train_batch_size=args.batch_size,
         learning_rate=args.sft_lr,
         seed=args.seed,
         warmup_fraction=0.05,
@@ -211,7 +212,7 @@ def main() -> None:
     import torch
 
     from judge.judging import JudgeConfig
-    from judge.policy_reward import JudgeRewardFunction
+    from judge.reward_local import InProcessJudgeReward
     from tiny_world.model import build_tiny_model
     from training.policy import JudgePolicyGRPOConfig, run_policy
 
@@ -230,8 +231,8 @@ def main() -> None:
     sft(judge_base, world / "judge_sft.jsonl", out / "judge", args.judge_sft_steps, args, histories["judge_sft"])
     judge_sft_s = time.perf_counter() - stage
     judge_config = JudgeConfig(orders=2, max_new_tokens=args.judge_max_new_tokens, batch_size=32, prompt=COMPACT_PROMPT)
-    reward = JudgeRewardFunction(
-        judge=str(out / "judge"),
+    reward = InProcessJudgeReward(
+        str(out / "judge"),
         judge_config=judge_config,
         mode="pairwise",
         reference_column="answer",
@@ -255,12 +256,13 @@ def main() -> None:
         model_name_or_path=str(out / "policy-sft"),
         train_file=str(world / "prompts.jsonl"),
         output_dir=str(out / "policy-grpo"),
-        judge_model=str(out / "judge"),
-        judge_config_file=str(world / "judge.yaml"),
-        judge_mode="pairwise",
-        judge_orders=2,
-        judge_max_new_tokens=args.judge_max_new_tokens,
-        judge_batch_size=32,
+        reward={
+            "transport": "in_process",
+            "model": str(out / "judge"),
+            "config_file": str(world / "judge.yaml"),
+            "mode": "pairwise",
+            "judge": {"orders": 2, "max_new_tokens": args.judge_max_new_tokens, "batch_size": 32},
+        },
         max_steps=args.grpo_steps,
         per_device_train_batch_size=args.batch_size,
         num_generations=args.num_generations,

@@ -1,9 +1,19 @@
 """Exact shared-prompt replay (whole and chunked prompt) vs the plain batched GRPO loss: memory, time, gradient.
 
-    python benchmarks/prefix_replay.py --quick                  # CPU, ~2-3 min on 2 cores
-    python benchmarks/prefix_replay.py                          # CPU default: 8K-token prompt, G = 2, 4, 8, 16
+    python benchmarks/prefix_replay.py                          # CPU: 934 s on 2 cores shared with 7 sessions
+    python benchmarks/prefix_replay.py --full                   # CPU: 8K-token prompt, G = 2, 4, 8, 16, 512 MiB cap
     python benchmarks/prefix_replay.py --device cuda --model-size 1.5b --prompt-length 65536 --mem-cap-mib 40000
     python benchmarks/prefix_replay.py --device cuda --mem-cap-mib 80000 --search-start 65536   # chunked to 256K+
+
+Run time. The bare CPU run is the configuration docs/replay.md reports: a 2,048-token prompt, G = 2 and 8, the
+G = 8 sweep at that prompt alone, the gradient check at 1,024 tokens, and the longest-prompt searches under a
+128 MiB cap from 512 tokens (plain and replay up to 4,096; chunked from replay's longest until it passes the
+cap, 16,896 tokens there). It took 934 s on the 2 CPU cores shared with 7 other sessions (load ~16), most of it
+in fresh worker processes (one per configuration and search probe) and the chunked search's long prompts.
+`--full` is the bigger CPU probe (an 8,192-token prompt, G = 2, 4, 8, 16, the G = 8 sweep at P/4, P/2 and P, a
+512 MiB cap, searches up to 32,768 and chunked to 2M): its chunked search reached 67K-token probes and had not
+finished after 20 minutes on 2 cores. Every flag overrides its part of either. `--quick` is the bare CPU run
+(older commands name it).
 
 Prints one JSON line. Each (method, G, prompt length) runs in a fresh subprocess, so one configuration's
 peak cannot hide in another's: on CPU the peak is VmHWM (reset through /proc/self/clear_refs once the model
@@ -13,11 +23,12 @@ backward of the GRPO (DAPO) loss of G completions of R tokens sharing one P-toke
 Qwen2 built from a config with random weights (`--model-size`: `small` for CPUs, `0.5b`/`1.5b`/`3b` are
 Qwen2.5's shapes for GPUs), so nothing is downloaded.
 
-Figures: `mem_growth_*` = peak at G=16 / peak at G=2; `grad_cosine`, `grad_rel_l2` between replayed and
-plain gradients (float32, all parameters); `max_prompt_*_g8` = the longest prompt whose step at G=8 peaks
-under `--mem-cap-mib`, found by doubling (or halving) from `--search-start` until a step exceeds the cap (or
-fails to allocate), then bisecting to 1/8 of the last doubling; every length reported was measured to fit,
-and `first_over_cap_g8` is the shortest one measured not to (on CPU a probe stops once it passes the cap).
+Figures: `mem_growth_*` = peak at the largest G / peak at the smallest (8 / 2 by default); `grad_cosine`,
+`grad_rel_l2` between replayed and plain gradients (float32, all parameters); `max_prompt_*_g8` = the
+longest prompt whose step at G=8 peaks under `--mem-cap-mib`, found by doubling (or halving) from
+`--search-start` until a step exceeds the cap (or fails to allocate), then bisecting to 1/8 of the last
+doubling; every length reported was measured to fit, and `first_over_cap_g8` is the shortest one measured not
+to (on CPU a probe stops once it passes the cap).
 `max_prompt_ratio_g8` = replay's over plain's.
 
 Chunked replay (`replay_prompt_chunk`, `--prompt-chunk` tokens per chunk) is the third method: `chunked` in
@@ -53,7 +64,7 @@ from benchmarks.workers import run_worker  # noqa: E402
 
 # Qwen2-family shapes (hidden, layers, heads, kv heads, intermediate, vocab, tied embeddings).
 MODEL_SIZES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
-    "small": (128, 4, 4, 2, 256, 2048, False),  # judge.tiny's "small": minutes on a CPU
+    "small": (128, 4, 4, 2, 256, 2048, False),  # tiny_world.model's "small": minutes on a CPU
     "0.5b": (896, 24, 14, 2, 4864, 151936, True),  # Qwen2.5-0.5B
     "1.5b": (1536, 28, 12, 2, 8960, 151936, True),  # Qwen2.5-1.5B
     "3b": (2048, 36, 16, 2, 11008, 151936, True),  # Qwen2.5-3B
@@ -295,10 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         "--model-size", default=None, choices=sorted(MODEL_SIZES), help="default: small (CPU), 1.5b (CUDA)"
     )
     parser.add_argument(
-        "--prompt-length", type=int, default=None, help="P for the G sweep (default 8192 CPU, 65536 CUDA)"
+        "--prompt-length", type=int, default=None, help="P for the G sweep (default 2048 CPU, 8192 --full, 65536 CUDA)"
     )
     parser.add_argument("--completion-length", type=int, default=64, help="R, tokens per completion")
-    parser.add_argument("--groups", default="2,4,8,16", help="group sizes G for the sweep")
+    parser.add_argument("--groups", default=None, help="group sizes G for the sweep (default 2,8 CPU; 2,4,8,16 "
+                        "with --full and on CUDA)")  # fmt: skip
     parser.add_argument("--branch-batch", type=int, default=1, help="completions replayed together")
     parser.add_argument("--prompt-chunk", type=int, default=None, help="tokens per chunk of chunked replay "
                         "(default 512 CPU, 4096 CUDA)")  # fmt: skip
@@ -311,14 +323,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=1, help="steps per worker; the fastest is reported")
     parser.add_argument("--prompt-lengths", default=None, help="prompt lengths of the G = 8 sweep (default: "
-                        "P/4, P/2, P for the G sweep's P)")  # fmt: skip
+                        "P on CPU; P/4, P/2, P with --full and on CUDA)")  # fmt: skip
     parser.add_argument("--chunked-search-limit", type=int, default=None, help="longest prompt the chunked "
                         "search tries (default 64 × the plain limit on CPU, 4M on CUDA)")  # fmt: skip
     parser.add_argument("--mem-cap-mib", type=float, default=None, help="cap for the longest-prompt search at G=8 "
-                        "(default 512 CPU, 40000 CUDA)")  # fmt: skip
+                        "(default 128 CPU, 512 --full, 40000 CUDA)")  # fmt: skip
     parser.add_argument("--search-start", type=int, default=None, help="first prompt length of the search")
-    parser.add_argument("--search-limit", type=int, default=None, help="longest prompt the search tries")
-    parser.add_argument("--grad-prompt-length", type=int, default=None, help="P of the gradient check")
+    parser.add_argument("--search-limit", type=int, default=None, help="longest prompt the search tries "
+                        "(default 4096 CPU, 32768 --full, 1M CUDA)")  # fmt: skip
+    parser.add_argument("--grad-prompt-length", type=int, default=None, help="P of the gradient check "
+                        "(default 1024 CPU; min(P, 2048) with --full and on CUDA)")  # fmt: skip
     parser.add_argument(
         "--gradient-checkpointing",
         choices=("on", "off"),
@@ -330,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                         "workers (CPU): without a fixed one, freed activations stay in the heap and RSS overstates "
                         "the live peak; 0 leaves glibc's default")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
-    parser.add_argument("--quick", action="store_true", help="a 4K prompt and a shorter search")
+    parser.add_argument("--full", action="store_true", help="CPU: the big probe (8K prompt, G up to 16, 512 MiB "
+                        "cap; well over 20 minutes on 2 cores)")  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="the bare CPU run (kept for older commands)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="also write every worker's result here (JSON)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -343,16 +359,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     cuda = args.device.startswith("cuda")
+    small_cpu = not cuda and not args.full  # the bare CPU run (docstring: "Run time")
     size = args.model_size or ("1.5b" if cuda else "small")
-    prompt = args.prompt_length or (65536 if cuda else (4096 if args.quick else 8192))
-    cap = args.mem_cap_mib or (40000.0 if cuda else (128.0 if args.quick else 512.0))
+    prompt = args.prompt_length or (65536 if cuda else (2048 if small_cpu else 8192))
+    cap = args.mem_cap_mib or (40000.0 if cuda else (128.0 if small_cpu else 512.0))
     start = args.search_start or (4096 if cuda else 512)
-    limit = args.search_limit or (1 << 20 if cuda else (16384 if args.quick else 32768))
-    groups = [int(g) for g in args.groups.split(",")]
+    limit = args.search_limit or (1 << 20 if cuda else (4096 if small_cpu else 32768))
+    groups = [int(g) for g in (args.groups or ("2,8" if small_cpu else "2,4,8,16")).split(",")]
     checkpointing = (args.gradient_checkpointing or ("on" if cuda else "off")) == "on"
     chunk = args.prompt_chunk or (4096 if cuda else 512)
-    lengths = [int(n) for n in args.prompt_lengths.split(",")] if args.prompt_lengths else [prompt // 4, prompt // 2,
-                                                                                             prompt]  # fmt: skip
+    if args.prompt_lengths:
+        lengths = [int(n) for n in args.prompt_lengths.split(",")]
+    else:
+        lengths = [prompt] if small_cpu else [prompt // 4, prompt // 2, prompt]
+    grad_prompt = args.grad_prompt_length or (1024 if small_cpu else min(prompt, 2048))
     chunked_limit = args.chunked_search_limit or (1 << 22 if cuda else 64 * limit)
     base = dict(device=args.device, dtype="bfloat16" if cuda else "float32", model_size=size,
                 completion=args.completion_length, branch_batch=args.branch_batch, threads=args.threads,
@@ -363,8 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     log: list[dict[str, Any]] = []
 
-    check = spawn({**base, "method": "check", "group": 4, "prompt": args.grad_prompt_length or min(prompt, 2048)},
-                  args.timeout)  # fmt: skip
+    check = spawn({**base, "method": "check", "group": 4, "prompt": grad_prompt}, args.timeout)
     methods = ("chunked", "replay", "plain")
     sweep: dict[str, dict[str, Any]] = {m: {} for m in methods}
     for method in methods:

@@ -13,6 +13,9 @@ On a cluster, workers are GPUs or machines and the local engine has no equivalen
 
     python benchmarks/ray_scaling.py [--items 256] [--batch-size 8] [--max-new-tokens 48] [--size small]
 
+Run time: the bare run took 313 s under load (7 agents on 2 cores, load average ~7), 186 s of it the local
+engine, whose two torch threads fared worst on the busy cores (1.4 items/s against 17.9 on a quiet machine,
+docs/scale-out.md); the two Ray runs took 40 and 35 s.
 Prints one JSON line with `local_items_per_s`, `ray1_items_per_s`, `ray2_items_per_s` (whole stage, start-up
 included), `*_steady_items_per_s` (from the first batch back to the last: the rate once the pool is up),
 and the stage's items/s with the model-free scene generator (`scene_*`), where Ray's per-batch overhead
@@ -73,7 +76,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--size", default="small", help="tiny-model size (judge.tiny)")
+    parser.add_argument("--size", default="small", help="tiny-model size (tiny_world.model)")
     parser.add_argument("--scene-items", type=int, default=2000)
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--seed", type=int, default=0)

@@ -1,6 +1,6 @@
 """The SFT record (synthesis input), the flaw taxonomy and the negative candidate.
 
-A real SFT record (ARCHITECTURE.md's contract):
+A real SFT record (the contract in docs/architecture.md):
 
     {"id": "world-000042", "image": "images/world-000042.png", "question": "How many circles are there?",
      "answer": "There are 3 circles.", "source": "world/count"}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ConfigError", "config_from_yaml", "config_values", "yaml_load"]
+__all__ = ["ConfigError", "config_from_yaml", "config_values", "parse_key_values", "yaml_load"]
 
 T = TypeVar("T")
 
@@ -39,16 +41,42 @@ class ConfigError(ValueError):
     """A config file or override that does not fit its dataclass."""
 
 
+def parse_key_values(pairs: Iterable[str], example: str = "max_steps=20") -> dict[str, Any]:
+    """`["max_steps=20", "kinds=[count]"]` → `{"max_steps": 20, "kinds": ["count"]}` (values read as YAML).
+
+    >>> parse_key_values(["use_lora=true", "kinds=[count]"])
+    {'use_lora': True, 'kinds': ['count']}
+    """
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {pair!r} must look like key=value (e.g. {example})")
+        out[key.strip()] = yaml_load(value)
+    return out
+
+
+def _renamed(values: dict[str, Any], renamed: Mapping[str, str], where: str) -> dict[str, Any]:
+    """`values` with old field names read as their new ones, each with a warning naming the new one."""
+    for old, new in renamed.items():
+        if old in values:
+            warnings.warn(f"{where}: `{old}` is now `{new}`; read as `{new}`", FutureWarning, stacklevel=3)
+            values[new] = values.pop(old)
+    return values
+
+
 def config_values(
     cls: type,
     path: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
     *,
     fields_hint: str | None = None,
+    renamed: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The field values for `cls`: a YAML mapping (optional) with `overrides` on top, unknown keys refused.
 
     The refusal lists the valid fields, or says `fields_hint` instead (for configs with hundreds of them).
+    `renamed` maps old field names to new ones: an old name still works, with a warning.
     """
     values: dict[str, Any] = {}
     where = str(path) if path else "config"
@@ -61,8 +89,11 @@ def config_values(
             raise ConfigError(f"{where}: cannot read ({exc})") from exc
         if not isinstance(loaded, dict):
             raise ConfigError(f"{where}: expected a mapping of {cls.__name__} fields, got {type(loaded).__name__}")
-        values.update(loaded)
-    values.update(overrides or {})
+        values.update(_renamed(loaded, renamed or {}, where))
+    values.update(_renamed(dict(overrides or {}), renamed or {}, where))
+    nest = getattr(cls, "nest_config_values", None)  # a class with nested fields folds `a.b=…` and old keys in
+    if nest is not None:
+        values = nest(values)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:

@@ -1,7 +1,10 @@
-"""Turn the image references records carry (paths, data URLs, bytes) into PIL images, and back.
+"""Turn the image references records carry (paths, data URLs, bytes) into PIL images, and back; and size
+them for the model.
 
 Records keep images as references so that JSONL stays small; pixels are only decoded when a backend
-needs them.
+needs them. The image size range (`PixelRange`, Qwen's `min_pixels` / `max_pixels`) is checked once, where
+it is set, and an image is resized into it once, by `fit_pixels`, where it enters the judge: the `Judge`
+for images it loads, the reward server's decode for images off the wire (`FittedImage`).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +20,10 @@ from PIL import Image
 
 __all__ = [
     "IMAGE_FORMATS",
+    "FittedImage",
     "ImageLoadError",
+    "PixelRange",
     "UnsupportedImageFormat",
-    "decode_fitted",
     "fit_pixels",
     "fitted_size",
     "image_to_data_url",
@@ -33,6 +38,47 @@ QWEN_FACTOR = 28
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 """Formats taken from the network: what photos and screenshots come in. Pillow knows ~40 more (EPS runs
 Ghostscript, TIFF and ICO carry many sub-formats); each is decoder code a client could aim at."""
+
+
+@dataclass(frozen=True)
+class PixelRange:
+    """Qwen's image size range (`min_pixels`, `max_pixels`), checked once as it is made; an unset bound means
+    the model's processor config decides.
+
+    >>> PixelRange(max_pixels=1_003_520).options()
+    {'max_pixels': 1003520}
+    >>> bool(PixelRange())
+    False
+    """
+
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+
+    def __post_init__(self) -> None:
+        smallest = QWEN_FACTOR * QWEN_FACTOR
+        for name, value in (("min_pixels", self.min_pixels), ("max_pixels", self.max_pixels)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < smallest):
+                raise ValueError(
+                    f"{name} ({value!r}) must be an integer of at least {smallest} (one 28x28 patch group), e.g. "
+                    "1003520 = 1280*28*28 for at most 1,280 visual tokens; leave it unset for the model's own"
+                )
+        if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})")
+
+    def __bool__(self) -> bool:
+        return self.min_pixels is not None or self.max_pixels is not None
+
+    def options(self) -> dict[str, int]:
+        """The bounds that are set, by name: `fit_pixels`' keywords, backend options, `mm_processor_kwargs`."""
+        return {k: v for k, v in (("min_pixels", self.min_pixels), ("max_pixels", self.max_pixels)) if v is not None}
+
+
+@dataclass(frozen=True, eq=False)
+class FittedImage:
+    """A decoded image already resized into the judge's range where it entered (the reward server's decode):
+    the `Judge` takes it as it is, so no image is resized twice."""
+
+    image: Image.Image
 
 
 class ImageLoadError(ValueError):
@@ -127,20 +173,37 @@ def fit_pixels(
 ) -> Image.Image:
     """`image` resized to Qwen's size for the pixel range when its area is outside it; else `image` itself.
 
-    Shrinking before an image is sent or batched is what keeps a 12-megapixel photo from becoming ~16k
-    visual tokens; an image already inside the range is left alone (no resampling, no re-encoding), and the
-    model's processor then only rounds its sides. Unset bounds mean no bound.
+    The one resize an image gets before the model's processor sees it. Shrinking first is what keeps a
+    12-megapixel photo from becoming ~16k visual tokens; an image already inside the range is left alone
+    (no resampling, no re-encoding), and the processor, given the same range, then only rounds its sides.
+    Unset bounds mean no bound. An image only opened (`open_header`: header read, pixels not decoded) is
+    decoded here as RGB, shrinking as it decodes (`_decode_shrunk`), so a large one is never held full size.
+
+    Raises:
+        ImageLoadError: Qwen's rule cannot fit the image (it refuses aspect ratios above 200).
 
     >>> fit_pixels(Image.new("RGB", (1600, 1200)), max_pixels=200_704).size
     (504, 364)
     >>> fit_pixels(Image.new("RGB", (100, 80)), max_pixels=200_704).size
     (100, 80)
+    >>> buffer = io.BytesIO(); Image.new("RGB", (1600, 1200), "red").save(buffer, "JPEG")
+    >>> fit_pixels(open_header(buffer.getvalue()), max_pixels=200_704).size
+    (504, 364)
     """
-    area = image.width * image.height
+    width, height = image.size
+    area = width * height
+    opened = bool(getattr(image, "tile", None))  # Pillow empties `tile` once the pixels are decoded
     if (max_pixels is None or area <= max_pixels) and (min_pixels is None or area >= min_pixels):
-        return image
-    size = fitted_size(image.width, image.height, min_pixels=min_pixels, max_pixels=max_pixels, factor=factor)
-    return image.resize(size, Image.Resampling.BICUBIC)
+        return _decoded_rgb(image) if opened else image
+    try:
+        size = fitted_size(width, height, min_pixels=min_pixels, max_pixels=max_pixels, factor=factor)
+    except ValueError as exc:
+        raise ImageLoadError(
+            f"cannot fit a {width}x{height} image to min_pixels={min_pixels}, max_pixels={max_pixels} ({exc})"
+        ) from None
+    if opened and size[0] * size[1] < area:
+        return _decode_shrunk(image, size)
+    return (_decoded_rgb(image) if opened else image).resize(size, Image.Resampling.BICUBIC)
 
 
 def _sniff(prefix: bytes) -> str | None:
@@ -182,26 +245,19 @@ def open_header(data: bytes, formats: tuple[str, ...] = IMAGE_FORMATS) -> Image.
 _RESAMPLED_MODES = ("RGB", "RGBA", "L", "LA", "CMYK", "RGBX")
 
 
-def decode_fitted(image: Image.Image, *, max_pixels: int | None) -> Image.Image:
-    """An opened (header-only) image decoded and shrunk to Qwen's size under `max_pixels`, as RGB.
+def _decoded_rgb(image: Image.Image) -> Image.Image:
+    image.load()
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def _decode_shrunk(image: Image.Image, target: tuple[int, int]) -> Image.Image:
+    """An opened (header-only) image decoded straight down to `target`, as RGB.
 
     The full-size picture is never converted to RGB: JPEGs are decoded at a reduced scale (`Image.draft`,
     1/2 to 1/8 in the decoder itself), other formats in their own mode (1 byte a pixel for palette and
     grey images) and shrunk before the RGB conversion. GIFs and animated WEBPs give their first frame.
-
-    >>> import io
-    >>> buffer = io.BytesIO(); Image.new("RGB", (1600, 1200), "red").save(buffer, "JPEG")
-    >>> decode_fitted(open_header(buffer.getvalue()), max_pixels=200_704).size
-    (504, 364)
     """
     width, height = image.size
-    if max_pixels is None or width * height <= max_pixels:
-        image.load()
-        return image if image.mode == "RGB" else image.convert("RGB")
-    try:
-        target = fitted_size(width, height, max_pixels=max_pixels)
-    except ValueError as exc:  # Qwen's rule refuses aspect ratios above 200
-        raise ImageLoadError(f"cannot fit a {width}x{height} image to {max_pixels} pixels ({exc})") from None
     if image.format in ("JPEG", "MPO"):
         image.draft("RGB", target)  # the decoder scales by 1/2^k, staying at or above `target`
     image.load()

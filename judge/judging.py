@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams, check_pixel_range
-from judge.images import fit_pixels, load_image
+from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams
+from judge.images import FittedImage, PixelRange, fit_pixels, load_image
 from judge.parser import extract_reasoning, parse_choice
 from judge.prompt import PromptConfig, build_messages
 from judge.types import MCItem, Verdict
@@ -107,11 +107,16 @@ class JudgeConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size ({self.batch_size}) must be at least 1")
         SamplingParams(self.max_new_tokens, self.temperature, self.top_p)  # validates the decoding fields
-        check_pixel_range(self.min_pixels, self.max_pixels)
+        PixelRange(self.min_pixels, self.max_pixels)  # validates the image size range
+
+    @property
+    def pixels(self) -> PixelRange:
+        """The image size range the judge resizes into (`min_pixels`, `max_pixels`)."""
+        return PixelRange(self.min_pixels, self.max_pixels)
 
     def pixel_options(self) -> dict[str, int]:
         """The image-size settings that are set, as backend options (the model's processor gets the same range)."""
-        return {k: v for k, v in (("min_pixels", self.min_pixels), ("max_pixels", self.max_pixels)) if v is not None}
+        return self.pixels.options()
 
 
 def item_rng(seed: int, item_id: object, salt: str = "") -> random.Random:
@@ -238,6 +243,7 @@ class Judge:
         """
         remaining = [list(range(len(item.candidates))) for item in items]
         ranking: list[list[int]] = [[] for _ in items]
+        images = [self.fit_images(item.images) for item in items]  # resized once, not once per round
         while True:
             active = [i for i, rest in enumerate(remaining) if len(rest) >= 2]
             if not active:
@@ -247,7 +253,7 @@ class Judge:
                     id=f"{items[i].id}#rank{len(ranking[i])}",
                     question=items[i].question,
                     candidates=[items[i].candidates[c] for c in remaining[i]],
-                    image=items[i].image,
+                    image=images[i] or None,
                 )
                 for i in active
             ]
@@ -263,6 +269,12 @@ class Judge:
             ranking[i].extend(rest)
         return ranking
 
+    def fit_images(self, refs: Sequence[Any]) -> list[FittedImage]:
+        """`refs` loaded and resized into the judge's range now, so that the items sharing them (a tournament's
+        games, `rank`'s rounds) are judged without loading or resizing them again."""
+        pixels = self.config.pixels
+        return [ref if isinstance(ref, FittedImage) else FittedImage(self._image(ref, pixels)) for ref in refs]
+
     # -- internals --------------------------------------------------------------------------------------
 
     def _orders_for(self, item: MCItem) -> list[list[int]]:
@@ -270,15 +282,28 @@ class Judge:
         rng = item_rng(self.config.seed, item.id, "orders")
         return display_orders(len(item.candidates), n_orders, rng=rng, permutation=self.config.permutation)
 
+    def _image(self, ref: Any, pixels: PixelRange) -> Any:
+        """One image at the size the model will use. The judge is where images enter the model, so it resizes
+        them, once, into its range; images fitted where they came in (the reward server's decode) are kept."""
+        if isinstance(ref, FittedImage):
+            return ref.image
+        image = load_image(ref, self.image_root)
+        return fit_pixels(image, **pixels.options()) if pixels else image
+
     def _requests_for(self, item: MCItem, orders: list[list[int]]) -> list[ChatRequest]:
-        # Resized here, so every backend (an HTTP server too) gets the size the config asks for.
-        bounds = dict(min_pixels=self.config.min_pixels, max_pixels=self.config.max_pixels)
-        images = [fit_pixels(load_image(ref, self.image_root), **bounds) for ref in item.images]
+        pixels = self.config.pixels
+        images = [self._image(ref, pixels) for ref in item.images]  # once per item, shared by its display orders
         requests = []
         for order in orders:
             shown = [item.candidates[i] for i in order]
             messages = build_messages(item.question, shown, n_images=len(images), config=self.config.prompt)
-            request = ChatRequest(messages=messages, images=images, n_options=len(shown), adapter=self.adapter)
+            request = ChatRequest(
+                messages=messages,
+                images=images,
+                n_options=len(shown),
+                adapter=self.adapter,
+                images_fitted=bool(pixels),  # a backend that resizes (HTTP) leaves them as they are
+            )
             requests.extend(request for _ in range(self.config.samples))
         return requests
 

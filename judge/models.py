@@ -154,7 +154,7 @@ def load_processor(path: str, *, is_vlm: bool | None = None, config_path: str | 
         return processor
     config = AutoConfig.from_pretrained(config_path)
     if config.model_type == "qwen2_5_vl":
-        return judge.hf_compat.ImageOnlyQwen2_5_VLProcessor.from_pretrained(path)
+        return judge.backends.hf_compat.ImageOnlyQwen2_5_VLProcessor.from_pretrained(path)
     raise RuntimeError(
         f"AutoProcessor.from_pretrained({path!r}) did not give a multimodal processor "
         f"(got {type(processor).__name__}). If torchvision fails to import here, install a torchvision that "

@@ -137,7 +137,10 @@ def compute_rewards(judge: Judge, requests: Sequence[RewardRequest], *, max_opti
     for request in requests:
         request.validate(max_options)
     orders = [sorted(range(len(r.responses)), key=lambda i, r=r: (r.responses[i], i)) for r in requests]
-    canonical = [replace(r, responses=[r.responses[i] for i in order]) for r, order in zip(requests, orders)]
+    canonical = [  # images resized once per request here, not once per game or round
+        replace(r, responses=[r.responses[i] for i in order], images=judge.fit_images(r.images))
+        for r, order in zip(requests, orders)
+    ]
     results = _judge_requests(judge, canonical, max_options)
     for request, order, result in zip(requests, orders, results):
         rewards: list[float | None] = [None] * len(order)

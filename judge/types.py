@@ -1,10 +1,10 @@
 """The two records everything else exchanges: the multiple-choice item and the verdict.
 
-Both follow ARCHITECTURE.md's data contracts and round-trip through JSON unchanged. A real item row:
+Both follow the data contracts in docs/architecture.md and round-trip through JSON unchanged. A real item row:
 
     {"id": "shapes-0003", "image": "images/0003.png", "question": "What colour is the circle?",
      "candidates": ["The circle is blue.", "The circle is red."], "label": 1,
-     "meta": {"flaws": [["hallucinated_attribute"], []]}}
+     "meta": {"flaws": ["hallucinated_attribute", null]}}
 
 and the verdict a judge writes for it:
 
@@ -80,7 +80,9 @@ class MCItem:
             )
         for name in ("id", "question", "candidates"):
             if name not in row:
-                raise DataError(name, "missing", f"add '{name}' (see the MC item contract in ARCHITECTURE.md)", where)
+                raise DataError(
+                    name, "missing", f"add '{name}' (see the MC item contract in docs/architecture.md)", where
+                )
         item_id = row["id"]
         if isinstance(item_id, bool) or not isinstance(item_id, (str, int)) or item_id == "":
             raise DataError(

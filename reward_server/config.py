@@ -11,10 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["API_KEY_ENV", "ServerConfig", "is_loopback"]
+from judge.reward_wire import API_KEY_ENV  # read when no `--api-key` is given; every reward client sends it
 
-API_KEY_ENV = "MRJUDGE_SERVER_API_KEY"
-"""Environment variable the API key is read from when no `--api-key` is given."""
+__all__ = ["API_KEY_ENV", "ServerConfig", "is_loopback"]
 
 
 def is_loopback(host: str) -> bool:
@@ -35,7 +34,8 @@ class ServerConfig:
     api_key: str | None = field(
         default=None,
         metadata={
-            "help": f"if set, all endpoints but /health need `Authorization: Bearer KEY`; prefer ${API_KEY_ENV} or "
+            "help": "if set, all endpoints but /health and the API description (/docs, /openapi.json) need "
+            f"`Authorization: Bearer KEY`; prefer ${API_KEY_ENV} or "
             "api_key_file (a flag's value shows in `ps`)"
         },
     )

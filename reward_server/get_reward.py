@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,21 +26,12 @@ from judge.reward_inputs import decode_label, question_text, split_query
 from judge.reward_planner import fill_unscored, group_samples, plan_cost
 from judge.reward_scoring import RewardRequest, RewardResult
 from reward_server.config import ServerConfig
-from reward_server.limits import (
-    GET_REWARD_FIELDS,
-    WireError,
-    _invalid,
-    _list,
-    _refuse_unknown,
-    _shown,
-    _text,
-    _type_name,
-)
+from reward_server.errors import invalid, too_large
+from reward_server.fields import fit_text
+from reward_server.protocol import GetRewardRequest
 from reward_server.wire_images import ImageBudget
 
-__all__ = ["GroupPool", "Outcome", "Sample", "judge_samples", "openrlhf_answer", "parse_openrlhf_body"]
-
-TOURNAMENTS = ("round_robin", "knockout")
+__all__ = ["GroupPool", "Outcome", "Sample", "judge_samples", "openrlhf_answer", "read_samples"]
 
 
 @dataclass
@@ -82,53 +73,30 @@ def _digest(ref: str) -> str:
     return hashlib.sha1(ref.encode()).hexdigest()[:16]
 
 
-def parse_openrlhf_body(body: Mapping[str, Any], config: ServerConfig) -> tuple[list[Sample], str]:
-    """`{"query", "prompts", "labels", "images"?, "tournament"?}` → samples and the tournament format.
-
-    Unknown fields are refused like on every endpoint; every refusal names the field. Images come out as
-    `PendingImage`s (header read, counted against the request's pixel budget) and are decoded on submission.
-    """
-    _refuse_unknown(body, GET_REWARD_FIELDS)
-    queries = _list(body.get("query"), "query", low=1, high=config.max_items, what="queries", limit_name="max_items")
-    n = len(queries)
-    prompts = body.get("prompts")
-    if not isinstance(prompts, list) or len(prompts) != n:
-        raise _invalid("prompts", f"expected an array of {n} strings, one per query")
-    labels = body.get("labels")
-    labels = [None] * n if labels is None else labels
-    if not isinstance(labels, list) or len(labels) != n:
-        raise _invalid("labels", f"expected null or an array of {n} labels, one per query")
-    extra_images = body.get("images")
-    extra_images = [None] * n if extra_images is None else extra_images
-    if not isinstance(extra_images, list) or len(extra_images) != n:
-        raise _invalid("images", f"expected null or an array of {n} image lists, one per query")
-    tournament = body.get("tournament") or "knockout"
-    if tournament not in TOURNAMENTS:
-        raise _invalid("tournament", f"expected one of {', '.join(TOURNAMENTS)}, got {_shown(tournament)}")
-    samples = []
+def read_samples(body: GetRewardRequest, config: ServerConfig) -> list[Sample]:
+    """The samples of a checked `/get_reward` body: each query split into prompt and response, its label
+    decoded, its images (the label's, then its own) read at the header against the request's pixel budget."""
+    n = len(body.query)
+    labels, own_images = body.labels or [None] * n, body.images or [None] * n
     budget = ImageBudget(config)
-    for i, (query, prompt, label, own) in enumerate(zip(queries, prompts, labels, extra_images)):
-        if not isinstance(query, str):
-            raise _invalid(f"query[{i}]", f"expected a string, got {_type_name(query)}")
-        prompt = _text(prompt, f"prompts[{i}]", config)
+    samples = []
+    for i, (query, prompt, label, own) in enumerate(zip(body.query, body.prompts, labels, own_images)):
         try:
             judge_label = decode_label(label)
         except ValueError as exc:
             field_name, _, message = str(exc).partition(": ")
-            raise _invalid(f"labels[{i}]{field_name.removeprefix('label')}", message) from None
+            raise invalid(f"labels[{i}]{field_name.removeprefix('label')}", message) from None
         if judge_label.reference is not None:
-            _text(judge_label.reference, f"labels[{i}].reference", config)
+            fit_text(judge_label.reference, config, f"labels[{i}].reference")
         own = [own] if isinstance(own, str) else list(own or [])
         refs = [*judge_label.images, *own]
         if len(refs) > config.max_images:
-            raise WireError(
-                413, f"labels[{i}].images", f"{len(refs)} images is above max_images ({config.max_images})", "too_large"
-            )
+            raise too_large(f"labels[{i}].images", f"{len(refs)} images is above max_images ({config.max_images})")
         response, split = split_query(query, prompt)
         samples.append(
             Sample(
                 prompt=question_text(prompt),
-                response=_text(response, f"query[{i}]", config),
+                response=fit_text(response, config, f"query[{i}]"),
                 reference=judge_label.reference,
                 images=[
                     *budget.images(judge_label.images, f"labels[{i}].images"),
@@ -138,7 +106,7 @@ def parse_openrlhf_body(body: Mapping[str, Any], config: ServerConfig) -> tuple[
                 split=split,
             )
         )
-    return samples, tournament
+    return samples
 
 
 Submit = Callable[[list[RewardRequest], int], Awaitable[tuple[list[RewardResult], Any]]]

@@ -1,13 +1,14 @@
 """Images off the wire: checked at the header, counted against the request's budget, decoded last.
 
 Parsing a request reads only each image's header (format and size). The pixels are decoded after every
-budget check has passed, just before the work is queued, and each image is shrunk to the judge's
-`max_pixels` as it is decoded (`judge.images.decode_fitted`), so no request makes the server hold a
-full-size RGB copy of a large image, and a request over a budget costs no decoding at all.
+budget check has passed, just before the work is queued, and each image is resized into the judge's range
+as it is decoded (`judge.images.fit_pixels`), so no request makes the server hold a full-size RGB copy of a
+large image, and a request over a budget costs no decoding at all. This is the one resize on the server's
+path: the decoded image reaches the judge as a `FittedImage`, which it uses as it is.
 
     budget = ImageBudget(config)
     pending = budget.images(body["images"], "images")   # list[PendingImage]; 413 / 415 / 422 here
-    image = decode_pending(pending[0], max_pixels=1_003_520)
+    fitted = decode_pending(pending[0], PixelRange(max_pixels=1_003_520))   # FittedImage
 """
 
 from __future__ import annotations
@@ -21,11 +22,20 @@ from typing import Any
 
 from PIL import Image
 
-from judge.images import IMAGE_FORMATS, ImageLoadError, UnsupportedImageFormat, decode_fitted, open_header
+from judge.images import (
+    IMAGE_FORMATS,
+    FittedImage,
+    ImageLoadError,
+    PixelRange,
+    UnsupportedImageFormat,
+    fit_pixels,
+    open_header,
+)
+from judge.judging import Judge
 from reward_server.config import ServerConfig
 from reward_server.errors import WireError, invalid, quote, too_large, type_name
 
-__all__ = ["ImageBudget", "PendingImage", "decode_pending", "read_image"]
+__all__ = ["ImageBudget", "PendingImage", "decode_pending", "decode_range", "read_image"]
 
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 _WHITESPACE = re.compile(r"\s+")
@@ -164,10 +174,25 @@ def _header(data: bytes, field: str, config: ServerConfig) -> PendingImage:
     return PendingImage(field, data, width, height, str(image.format))
 
 
-def decode_pending(pending: PendingImage, *, max_pixels: int | None) -> Image.Image:
-    """The image's pixels, shrunk to `max_pixels` while decoding; a bad stream is a 422 naming its field."""
+def decode_range(judge: Judge) -> PixelRange:
+    """The range images are fitted to as they are decoded: the judge's own, its upper bound defaulting to the
+    processor's (what the model would shrink them to anyway; none for an engine behind HTTP, where the per-image
+    and per-request pixel budgets still bound what is decoded)."""
+    pixels = judge.config.pixels
+    if pixels.max_pixels is not None:
+        return pixels
+    processor = getattr(getattr(judge.backend, "loaded", None), "processor", None)
+    size = getattr(getattr(processor, "image_processor", None), "size", None)
+    longest = size.get("longest_edge") if isinstance(size, dict) else getattr(size, "longest_edge", None)
+    if not longest or int(longest) < (pixels.min_pixels or 0):
+        return pixels
+    return PixelRange(pixels.min_pixels, int(longest))
+
+
+def decode_pending(pending: PendingImage, pixels: PixelRange) -> FittedImage:
+    """The image's pixels, fitted to `pixels` while decoding; a bad stream is a 422 naming its field."""
     try:
-        return decode_fitted(open_header(pending.data), max_pixels=max_pixels)
+        return FittedImage(fit_pixels(open_header(pending.data), **pixels.options()))
     except Image.DecompressionBombError as exc:
         raise too_large(pending.field, f"decompression bomb refused ({exc})") from None
     except Exception as exc:  # noqa: BLE001 - truncated or corrupt streams surface here, in many types

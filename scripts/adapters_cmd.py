@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -90,32 +89,21 @@ def _row(revision: Any, aliases: dict[str, str]) -> str:
 def _merge(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from adapter_revisions import AdapterStore, AdapterStoreError
+    from adapter_revisions import AdapterStore
     from adapter_revisions.merge import merge_adapter
 
     adapter = args.adapter
     if not Path(adapter).is_dir() and "@" in adapter and args.store:
-        try:
-            adapter = str(AdapterStore(args.store).resolve(adapter).path)
-        except AdapterStoreError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        adapter = str(AdapterStore(args.store).resolve(adapter).path)
     elif not Path(adapter).is_dir():
-        print(
-            f"error: {adapter} is not a folder (a store revision needs --store DIR and policy@alias)", file=sys.stderr
-        )
-        return 2
-    try:
-        out = merge_adapter(adapter, args.out, base=args.base, device=args.device, dtype=args.dtype)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ValueError(f"{adapter} is not a folder (a store revision needs --store DIR and policy@alias)")
+    out = merge_adapter(adapter, args.out, base=args.base, device=args.device, dtype=args.dtype)
     print(f"merged {adapter} into {out}")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapter_revisions import AdapterStore, AdapterStoreError
+    from adapter_revisions import AdapterStore
 
     if args.action == "fingerprint":
         print(_fingerprint(args.model))
@@ -123,42 +111,37 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "merge":
         return _merge(args)
     if not args.store:
-        print(f"error: give --store DIR or set ${STORE_ENV}", file=sys.stderr)
-        return 2
+        raise ValueError(f"give --store DIR or set ${STORE_ENV}")
     store = AdapterStore(args.store)
-    try:
-        if args.action == "list":
-            policies = [args.policy] if args.policy else store.policies()
-            if not policies:
-                print(f"no policies in {args.store}")
-            for policy in policies:
-                aliases = store.aliases(policy)
-                print(f"{policy}  ({', '.join(f'{a}={r[:8]}' for a, r in sorted(aliases.items()))})")
-                for revision in store.revisions(policy):
-                    print(_row(revision, aliases))
-        elif args.action == "show":
-            revision = store.resolve(args.ref)
-            print(json.dumps({**revision.meta, "path": str(revision.path), "ref": revision.ref}, indent=2))
-        elif args.action == "promote":
-            revision = store.promote(args.ref, args.alias)
-            print(f"{revision.policy}@{args.alias} -> {revision.id} (step {revision.step})")
-        elif args.action == "rollback":
-            revision = store.rollback(args.policy, args.alias)
-            print(f"{args.policy}@{args.alias} -> {revision.id} (step {revision.step})")
-        elif args.action == "gc":
-            removed = store.gc(keep_last=args.keep_last, keep_history=args.keep_history, dry_run=args.dry_run)
-            verb = "would remove" if args.dry_run else "removed"
-            freed = sum(r.meta.get("bytes", 0) for r in removed) / 2**20
-            print(f"{verb} {len(removed)} revisions ({freed:.2f} MiB)")
-            for revision in removed:
-                print(f"  {revision.ref}")
-        elif args.action == "import":
-            fingerprint = args.base_fingerprint or _fingerprint(args.base)
-            revision = store.add_folder(
-                args.policy, args.folder, base_fingerprint=fingerprint, step=args.step, base_model=args.base
-            )
-            print(f"imported {revision.ref}")
-    except AdapterStoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if args.action == "list":
+        policies = [args.policy] if args.policy else store.policies()
+        if not policies:
+            print(f"no policies in {args.store}")
+        for policy in policies:
+            aliases = store.aliases(policy)
+            print(f"{policy}  ({', '.join(f'{a}={r[:8]}' for a, r in sorted(aliases.items()))})")
+            for revision in store.revisions(policy):
+                print(_row(revision, aliases))
+    elif args.action == "show":
+        revision = store.resolve(args.ref)
+        print(json.dumps({**revision.meta, "path": str(revision.path), "ref": revision.ref}, indent=2))
+    elif args.action == "promote":
+        revision = store.promote(args.ref, args.alias)
+        print(f"{revision.policy}@{args.alias} -> {revision.id} (step {revision.step})")
+    elif args.action == "rollback":
+        revision = store.rollback(args.policy, args.alias)
+        print(f"{args.policy}@{args.alias} -> {revision.id} (step {revision.step})")
+    elif args.action == "gc":
+        removed = store.gc(keep_last=args.keep_last, keep_history=args.keep_history, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        freed = sum(r.meta.get("bytes", 0) for r in removed) / 2**20
+        print(f"{verb} {len(removed)} revisions ({freed:.2f} MiB)")
+        for revision in removed:
+            print(f"  {revision.ref}")
+    elif args.action == "import":
+        fingerprint = args.base_fingerprint or _fingerprint(args.base)
+        revision = store.add_folder(
+            args.policy, args.folder, base_fingerprint=fingerprint, step=args.step, base_model=args.base
+        )
+        print(f"imported {revision.ref}")
     return 0

@@ -1,4 +1,5 @@
-"""`mrjudge`: the command line. Each subcommand lives in its own module; this file only dispatches.
+"""`mrjudge`: the command line. Each subcommand lives in its own module; this file dispatches, and is the one
+place that turns a user's error (a bad flag value, config key, input line or file) into `error: …`, exit 2.
 
 mrjudge demo                       # the main job on the embedded default (no downloads)
 mrjudge tiny-model --out runs/tiny-judge
@@ -30,9 +31,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a user can fix: bad input, config values or flags (the project's own `ConfigError`, `InputError`,
+    `DataError`, `AdapterStoreError`, … are `ValueError`s), missing files, ports and endpoints (`OSError`),
+    missing optional packages, and a synth stage with too many failed rows (its summary is written first)."""
+    from data_synthesis.stages import TooManyFailures
+
+    return (ValueError, OSError, ImportError, TooManyFailures)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, run the command, and turn a user's error into one `error: …` line on stderr and exit status 2."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -6,10 +6,15 @@
 
 The field says everything a flag needs: its name (`max_new_tokens` → `--max-new-tokens`, with an optional
 prefix: `--reasoner-max-tokens`), its type (`X | None` reads an X; `Literal[...]` gives the choices; `bool`
-is a switch, with `--no-NAME` when it defaults to true; `list[X]` takes one or more values), its help
+is a switch, with `--no-NAME` when it defaults to true or None; an `Enum` gives its values as choices; `X | str`
+reads an X; `list[X]` takes one or more values), its help
 (`metadata={"help": ...}`, `"metavar"` too) and its default, shown as `(default: …)`. A flag left out is
 *not given*, never its default: the YAML file beneath it keeps its value. Field checks stay in the
 dataclass's `__post_init__`, so a bad value fails the same way from a flag, a YAML key or Python.
+
+Every field (flaggable or not) can also be given as `key=value` (`add_key_values`; values read as YAML), the
+same thing as its flag: `max_steps=20` is `--max-steps 20`. A command whose config class is costly to
+import (TRL's, seconds) adds its flags only when it runs or shows its help (`LazyFlagsParser`).
 
 These are the type rules of `transformers.HfArgumentParser` (read in transformers 5.24.0,
 `transformers/hf_argparser.py`, which TRL 1.16.0's `TrlParser` extends); it is not used itself because
@@ -23,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-__all__ = ["ConfigFlags", "flag_name"]
+__all__ = ["ConfigFlags", "LazyFlagsParser", "add_key_values", "flag_name"]
 
 T = TypeVar("T")
 _NOT_SHOWN = object()
@@ -45,11 +51,18 @@ def flag_name(field: str, prefix: str = "") -> str:
 
 
 def _unwrap_optional(hint: Any) -> Any:
-    """`X | None` → X; other hints unchanged (a union of two real types has no single flag type)."""
+    """`X | None` and `X | str` → X (TRL's `SchedulerType | str`); other hints unchanged (a union of two
+    other types has no single flag type)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 2 and str in args:
+            args.remove(str)
         return args[0] if len(args) == 1 else hint
     return hint
+
+
+def _is_enum(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, enum.Enum)
 
 
 def _flaggable(hint: Any) -> bool:
@@ -60,7 +73,7 @@ def _flaggable(hint: Any) -> bool:
         return True
     if origin in (list, tuple):
         return _flaggable((typing.get_args(hint) or (str,))[0])
-    return hint in (bool, int, float, str, Path)
+    return hint in (bool, int, float, str, Path) or _is_enum(hint)
 
 
 def _argument(hint: Any, default: Any) -> dict[str, Any]:
@@ -68,12 +81,14 @@ def _argument(hint: Any, default: Any) -> dict[str, Any]:
     hint = _unwrap_optional(hint)
     origin = typing.get_origin(hint)
     if hint is bool:
-        if default is True:
+        if default is True or default is None:
             return {"action": argparse.BooleanOptionalAction}
         return {"action": "store_const", "const": True}
     if origin is Literal:
         choices = typing.get_args(hint)
         return {"choices": choices, "type": type(choices[0])}
+    if _is_enum(hint):  # the values as strings; the dataclass turns them into members
+        return {"choices": [str(member.value) for member in hint], "type": str}
     if origin in (list, tuple):
         return {"nargs": "+", "type": (typing.get_args(hint) or (str,))[0]}
     return {"type": hint}
@@ -157,12 +172,16 @@ class ConfigFlags(Generic[T]):
             )
 
     def values(self, args: argparse.Namespace) -> dict[str, Any]:
-        """The fields whose flags were given (or filled in by the command), as `{field: value}`."""
+        """The fields whose flags were given (or filled in by the command), then those given as `key=value`
+        (`add_key_values`), as `{field: value}`."""
+        from judge.config import parse_key_values
+
         values = {}
         for name in self.names:
             value = getattr(args, self.dest(name), None)
             if value is not None:
                 values[name] = value
+        values.update(parse_key_values(getattr(args, "key_values", None) or [], getattr(args, "key_value_example", "")))
         return values
 
     def config(
@@ -175,6 +194,36 @@ class ConfigFlags(Generic[T]):
         from judge.config import config_from_yaml
 
         return config_from_yaml(self.cls, path, {**self.values(args), **(extra or {})})
+
+
+def add_key_values(parser: argparse.ArgumentParser, example: str) -> None:
+    """`key=value …` after the flags: any field of the command's config, the same as its flag (values read as
+    YAML: `use_lora=true`, `kinds=[count]`); `ConfigFlags.values` reads them after the flags."""
+    parser.add_argument(
+        "key_values",
+        nargs="*",
+        metavar="key=value",
+        help=f"any config field, the same as its flag (values read as YAML), e.g. {example}",
+    )
+    parser.set_defaults(key_value_example=example)
+
+
+class LazyFlagsParser(argparse.ArgumentParser):
+    """A subcommand's parser that adds its flags (`add_flags(parser)`) only when that subcommand runs or shows
+    its help, so `mrjudge --help` does not import every config's library (TRL's configs: seconds).
+
+    Used as `add_subparsers(parser_class=LazyFlagsParser)`, then `add_parser(name, add_flags=…)`.
+    """
+
+    def __init__(self, *args: Any, add_flags: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._add_flags = add_flags
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        if self._add_flags is not None:
+            add, self._add_flags = self._add_flags, None
+            add(self)
+        return super().parse_known_args(args, namespace)
 
 
 def _field_default(f: dataclasses.Field) -> Any:

@@ -1,9 +1,10 @@
 """`mrjudge demo`: the whole MR. Judge life cycle on the embedded synthetic world — a CPU, no download.
 
-    mrjudge demo                                   # the full demo into runs/demo (at most 15 minutes on 2 cores)
-    mrjudge demo --out runs/demo2 sft_steps=400    # any DemoConfig field as key=value
-    mrjudge demo --config configs/demo.yaml        # or from YAML
-    mrjudge demo --quick --out /tmp/demo           # every stage on tiny budgets (under a minute)
+    mrjudge demo                                        # the full demo into runs/demo (at most 15 minutes on 2 cores)
+    mrjudge demo --out runs/demo2 --sft-max-steps 400   # any DemoConfig field as a flag
+    mrjudge demo --out runs/demo2 sft_max_steps=400     # or as key=value: the same thing
+    mrjudge demo --config configs/demo.yaml             # or from YAML
+    mrjudge demo --quick --out /tmp/demo                # every stage on tiny budgets (under a minute)
 
 synthetic world → reverse negatives → reasoning distillation → perception warm-up → warm-up SFT → judge
 GRPO (the learning benchmark's recipe, `tiny_world.recipe.TinyJudgeRecipe`) → evaluation
@@ -17,8 +18,14 @@ last finished stage, and a changed budget re-runs the stages it affects (see `ti
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from mrjudge.config_flags import ConfigFlags, add_key_values
+
+from tiny_world.demo.config import DemoConfig
+
+DEMO_FLAGS = ConfigFlags(DemoConfig)
+"""`--sft-max-steps`, `--quick`, …: every DemoConfig field."""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -28,29 +35,26 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Run the whole MR. Judge life cycle on the synthetic world on a CPU with no download: data "
         "synthesis, judge SFT and GRPO, held-out evaluation, best-of-N, and policy GRPO against the judge served on "
         "loopback. Resumable; ends with a summary table, summary.json and report.md.",
-        epilog="Budgets are DemoConfig fields (tiny_world/demo/config.py, configs/demo.yaml), e.g. sft_steps=400 "
-        "grpo_steps=10 world_n=1000 threads=2.",
+        epilog="Budgets are DemoConfig fields (tiny_world/demo/config.py, configs/demo.yaml): field default < "
+        "--quick preset < --config YAML < flags and key=value.",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (default: runs/demo)")
-    parser.add_argument("--config", type=Path, help="YAML file of DemoConfig fields")
-    parser.add_argument("--quick", action="store_true", help="tiny budgets: every stage in well under a minute")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="DemoConfig fields, e.g. sft_steps=400")
+    parser.add_argument("--config", type=Path, help="YAML file of DemoConfig fields; the flags below override it")
+    DEMO_FLAGS.add_to(
+        parser.add_argument_group("demo (DemoConfig fields)"),
+        help={"quick": "tiny budgets: every stage in well under a minute (the QUICK preset under the YAML and flags)"},
+    )
+    add_key_values(parser, "sft_max_steps=400")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from judge.config import ConfigError
-    from tiny_world.demo.config import load_demo_config, parse_overrides
-
-    try:
-        config = load_demo_config(args.config, parse_overrides(args.overrides), quick=args.quick)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    from tiny_world.demo.config import load_demo_config
     from tiny_world.demo.runner import run_demo
 
+    config = load_demo_config(args.config, DEMO_FLAGS.values(args))
     console = Console()
     console.rule("[bold]mr-judge demo")
     console.print(f"output: {args.out}  (re-run the same command to resume; `--quick` for tiny budgets)")

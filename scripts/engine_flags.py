@@ -54,11 +54,9 @@ def add_pixel_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, w
 
 def pixel_options(args: argparse.Namespace) -> dict[str, int]:
     """The pixel flags that were given, as backend options (`{"max_pixels": N}`); refused if out of range."""
-    from judge.backends.base import check_pixel_range
+    from judge.images import PixelRange
 
-    options = {name: getattr(args, name) for name in PIXEL_FLAGS if getattr(args, name, None) is not None}
-    check_pixel_range(options.get("min_pixels"), options.get("max_pixels"))
-    return options
+    return PixelRange(**{name: getattr(args, name, None) for name in PIXEL_FLAGS}).options()
 
 
 def engine_from(args: argparse.Namespace) -> Any:

@@ -16,14 +16,13 @@ into `--out`; re-running with the same `--out` skips the items already done.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from mrjudge.config_flags import ConfigFlags
-from mrjudge.engine_flags import add_engine_flags, pixel_options
+from mrjudge.engine_flags import add_engine_flags, engine_from, pixel_options
 from mrjudge.judge_cmd import add_judge_config_flags, judge_config_from
-from mrjudge.model_flags import add_base_flag, base_options
+from mrjudge.model_flags import MODEL_HELP, add_model_flags, loaded, model_spec
 
 from judge.judging import JudgeConfig
 
@@ -32,12 +31,8 @@ EVAL_JUDGE_FLAGS = ConfigFlags(JudgeConfig, skip=("top_p",))
 
 
 def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> None:
-    model_help = "judge model folder or hub id, or an OpenAI-compatible server URL (http://…/v1)"
-    if predictions:
-        model_help += "; leave out with --predictions"
-    parser.add_argument("--model", required=not predictions, help=model_help)
-    parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
-    add_base_flag(parser)
+    model_help = "judge " + MODEL_HELP + ("; leave out with --predictions" if predictions else "")
+    add_model_flags(parser, required=not predictions, model_help=model_help)
     parser.add_argument("--out", required=True, type=Path, help="run directory (metrics.json, predictions.jsonl, …)")
     parser.add_argument("--limit", type=int, help="only the first N items")
     add_judge_config_flags(
@@ -130,161 +125,53 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     mmvet.set_defaults(run=run_mmvet_cli)
 
 
-def engine_from(args: argparse.Namespace) -> Any:
-    """The engine `--engine` and the Ray flags name; a bad combination exits with the flag to fix."""
-    from mrjudge.engine_flags import engine_from as engine_of
-
-    try:
-        return engine_of(args)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from exc
-
-
-def judge_model_spec(args: argparse.Namespace, model: str | None = None) -> Any:
-    """The `ModelSpec` that `--model`/`--backend` (and `--device`, `--api-key`, the pixel flags) name."""
-    from judge.backends.spec import ModelSpec
-
-    try:
-        options: dict[str, Any] = pixel_options(args)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from exc
-    if args.device:
-        options["device"] = args.device
-    if args.api_key and model is None:
-        options["api_key"] = args.api_key
-    if model is None:
-        try:
-            options.update(base_options(args, args.model, args.backend))
-        except ValueError as exc:
-            raise SystemExit(f"error: {exc}") from exc
-    return ModelSpec(model or args.model, None if model else args.backend, options)
-
-
-def loaded(spec: Any, engine: Any, flag: str = "--model") -> Any:
-    """`spec`, loaded now when it runs in this process, so a bad model fails with a message naming the flag.
-
-    On Ray the model loads in the actors; this process never loads it.
-    """
-    if engine.name == "local":
-        try:
-            spec.build()
-        except (ImportError, OSError, ValueError) as exc:
-            raise SystemExit(f"error: cannot load the model from {flag} {spec.model}: {exc}") from exc
-    return spec
-
-
 def make_judge(args: argparse.Namespace, engine: Any) -> Any:
     """The MC `JudgeSpec` from the flags (mc mode), seeded by `--seed`."""
     from eval.workers import JudgeSpec
 
-    return JudgeSpec(loaded(judge_model_spec(args), engine), judge_config_from(args, EVAL_JUDGE_FLAGS))
-
-
-def _load_pairwise(args: argparse.Namespace) -> tuple[Any, list[Any]]:
-    from jobs.jsonl import InputError
-
-    try:
-        if args.benchmark == "vl-rewardbench":
-            from eval import vl_rewardbench as bench
-
-            items = bench.load_vl_rewardbench(
-                args.data, limit=args.limit, revision=args.revision, image_folder=args.image_folder
-            )
-        else:
-            from eval import multimodal_rewardbench as bench
-
-            items = bench.load_multimodal_rewardbench(args.data, image_folder=args.image_folder, limit=args.limit)
-    except InputError as exc:
-        raise SystemExit(f"error: {exc}") from exc
-    return bench, items
+    spec = loaded(model_spec(args, pixel_options(args)), engine)
+    return JudgeSpec(spec, judge_config_from(args, EVAL_JUDGE_FLAGS))
 
 
 def run_pairwise_cli(args: argparse.Namespace) -> int:
-    from eval.common import read_decisions
-    from eval.pairwise_run import report_pairwise, run_pairwise
-    from eval.workers import mc_work, official_work
-    from jobs.jsonl import InputError
+    from eval.run import Official, Scoring, load_pairwise, run_pairwise_benchmark
 
-    bench, items = _load_pairwise(args)
-    engine = engine_from(args)
-    spec, after = _scoring(args, bench)
     vlrb = args.benchmark == "vl-rewardbench"
+    bench, items = load_pairwise(
+        args.benchmark,
+        args.data,
+        limit=args.limit,
+        revision=args.revision if vlrb else None,
+        image_folder=args.image_folder,
+    )
+    engine = engine_from(args)
+    scoring = Scoring(seed=args.seed)
+    if vlrb:
+        scoring = Scoring(args.seed, args.reading, args.headline_k, args.k)
+        if args.llm_parse:
+            from judge.backends.openai_http import OpenAIBackend
+
+            scoring.llm_parse = OpenAIBackend(args.llm_parse, model_name=args.llm_parse_model, api_key=args.api_key)
+    run = dict(
+        scoring=scoring,
+        out=args.out,
+        judge_name=args.model,
+        batch_size=args.batch_size,
+        show_progress=not args.quiet,
+        engine=engine,
+    )
     if args.predictions is not None:
-        try:
-            rows = read_decisions(args.predictions)
-            rows = after(rows) if after else rows
-            metrics = spec.score(items, rows) | items.provenance
-        except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        kind = "file" if not any("calls" in r for r in rows) else f"file with official calls, {args.reading} reading"
-        report_pairwise(spec, metrics, args.out, judge_name=args.predictions.name, protocol=bench.protocol(kind))
+        title, metrics = run_pairwise_benchmark(bench, items, predictions=args.predictions, **run)
     elif args.model is None:
-        print("error: give --model to run a judge, or --predictions to score a file", file=sys.stderr)
-        return 2
+        raise ValueError("give --model to run a judge, or --predictions to score a file")
     elif args.mode == "mc":
-        judge = make_judge(args, engine)
-        metrics = run_pairwise(
-            spec,
-            items,
-            args.out,
-            mc_work(judge),
-            batch_size=args.batch_size,
-            judge_name=args.model,
-            protocol=bench.protocol("mc", orders=judge.config.orders or 2),
-            show_progress=not args.quiet,
-            engine=engine,
-        )
+        title, metrics = run_pairwise_benchmark(bench, items, judge=make_judge(args, engine), **run)
     else:
-        model = loaded(judge_model_spec(args), engine)
-        overrides = {"seed": args.seed}
-        if args.temperature is not None:
-            overrides["temperature"] = args.temperature
-        if args.max_new_tokens is not None:
-            overrides["max_new_tokens"] = args.max_new_tokens
-        if vlrb:
-            overrides["k"] = args.k
-            if args.top_p is not None:
-                overrides["top_p"] = args.top_p
-            config = bench.VLRBConfig(**overrides)
-        else:
-            config = bench.MMRBConfig(**overrides)
-        metrics = run_pairwise(
-            spec,
-            items,
-            args.out,
-            official_work(bench.official_predict, model, config),
-            batch_size=args.batch_size,
-            judge_name=args.model,
-            protocol=bench.protocol("official", config, **({"reading": args.reading} if vlrb else {})),
-            show_progress=not args.quiet,
-            engine=engine,
-            after=after,
-        )
-    _print_headline(spec.title, metrics, args.out)
+        official = Official(args.temperature, args.max_new_tokens, args.top_p if vlrb else None)
+        model = loaded(model_spec(args, pixel_options(args)), engine)
+        title, metrics = run_pairwise_benchmark(bench, items, model=model, official=official, **run)
+    _print_headline(title, metrics, args.out)
     return 0
-
-
-def _scoring(args: argparse.Namespace, bench: Any) -> tuple[Any, Any]:
-    """The benchmark with this run's scoring options (reading, headline k, bootstrap seed), and the
-    `--llm-parse` reader to apply to finished rows (None without the flag)."""
-    import dataclasses
-    from functools import partial
-
-    if args.benchmark != "vl-rewardbench":
-        return dataclasses.replace(bench.BENCHMARK, score=partial(bench.score, seed=args.seed)), None
-    from eval.vlrb_readings import CALPY_KS
-
-    if args.headline_k is not None and (args.headline_k not in CALPY_KS or args.headline_k > args.k):
-        raise SystemExit(f"error: --headline-k {args.headline_k}: cal.py reports k in {CALPY_KS}, at most --k {args.k}")
-    score = partial(bench.score, reading=args.reading, headline_k=args.headline_k, seed=args.seed)
-    after = None
-    if args.llm_parse:
-        from judge.backends.openai_http import OpenAIBackend
-
-        reader = OpenAIBackend(args.llm_parse, model_name=args.llm_parse_model, api_key=args.api_key)
-        after = partial(bench.llm_parse_rows, reader)
-    return dataclasses.replace(bench.BENCHMARK, score=score), after
 
 
 def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
@@ -304,47 +191,42 @@ def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
 
 def run_mmvet_cli(args: argparse.Namespace) -> int:
     from eval import mmvet
-    from jobs.jsonl import InputError
+    from eval.run import mmvet_candidates
     from judge.backends.openai_http import OpenAIBackend
 
     engine = engine_from(args)
-    try:
-        questions = mmvet.load_mmvet(args.data, args.images, limit=args.limit)
-        if args.candidates:
-            candidates = mmvet.load_candidates(args.candidates, questions)
-        else:
-            policy = loaded(judge_model_spec(args, args.policy), engine, "--policy")
-            candidates = mmvet.generate_candidates(
-                policy,
-                questions,
-                args.n,
-                temperature=args.policy_temperature,
-                max_new_tokens=args.policy_max_new_tokens,
-                seed=args.seed,
-                batch_size=args.batch_size,
-                cache_path=args.out / "candidates.jsonl",
-                show_progress=not args.quiet,
-                engine=engine,
-            )
-            mmvet.save_candidates(candidates, args.out)
-        judge = make_judge(args, engine)
-        grader = OpenAIBackend(args.grader_url, model_name=args.grader_model, api_key=args.grader_api_key)
-        metrics = mmvet.run_mmvet(
-            judge,
-            questions,
-            candidates,
-            grader,
-            args.out,
-            seed=args.seed,
-            batch_size=args.batch_size,
-            show_progress=not args.quiet,
-            engine=engine,
-            num_runs=args.num_runs,
-            data_source=str(args.data),
-        )
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    questions = mmvet.load_mmvet(args.data, args.images, limit=args.limit)
+    policy = None
+    if args.policy:
+        policy = loaded(model_spec(args, pixel_options(args), args.policy), engine, flag="--policy")
+    candidates = mmvet_candidates(
+        questions,
+        args.out,
+        files=args.candidates,
+        policy=policy,
+        n=args.n,
+        temperature=args.policy_temperature,
+        max_new_tokens=args.policy_max_new_tokens,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        show_progress=not args.quiet,
+        engine=engine,
+    )
+    judge = make_judge(args, engine)
+    grader = OpenAIBackend(args.grader_url, model_name=args.grader_model, api_key=args.grader_api_key)
+    metrics = mmvet.run_mmvet(
+        judge,
+        questions,
+        candidates,
+        grader,
+        args.out,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        show_progress=not args.quiet,
+        engine=engine,
+        num_runs=args.num_runs,
+        data_source=str(args.data),
+    )
     from rich.console import Console
 
     scores = ", ".join(f"{s} {100 * metrics[f'{s}_total']:.1f}" for s in mmvet.SELECTORS)

@@ -13,13 +13,12 @@ ids already judged. Each verdict carries `usage` (prompt and completion tokens o
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from mrjudge.config_flags import ConfigFlags
 from mrjudge.engine_flags import add_engine_flags, engine_from
-from mrjudge.model_flags import add_base_flag, base_options
+from mrjudge.model_flags import add_model_flags, loaded, model_spec
 
 from jobs.judge_file import JudgeRunSummary
 from judge.judging import JudgeConfig
@@ -35,9 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Judge MC items (one JSON object per line: id, image, question, candidates, label, meta). "
         "Output is written atomically; re-running with the same --output resumes.",
     )
-    parser.add_argument(
-        "--model", required=True, help="model folder or hub id, or an OpenAI-compatible server URL (http://…/v1)"
-    )
+    add_model_flags(parser)
     parser.add_argument(
         "--input",
         required=True,
@@ -45,8 +42,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="MC items, JSONL; relative image paths are resolved against its folder",
     )
     parser.add_argument("--output", required=True, type=Path, help="verdicts, JSONL")
-    parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
-    add_base_flag(parser)
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
     add_judge_config_flags(parser)
@@ -66,13 +61,8 @@ def add_judge_config_flags(
 
 
 def judge_config_from(args: argparse.Namespace, flags: ConfigFlags = JUDGE_FLAGS) -> JudgeConfig:
-    """JudgeConfig from `--config` YAML, then the command-line flags given on top."""
-    from judge.config import ConfigError
-
-    try:
-        return flags.config(args, args.config)
-    except ConfigError as exc:
-        raise SystemExit(f"error: {exc}") from exc
+    """JudgeConfig from `--config` YAML, then the command-line flags given on top (ConfigError if refused)."""
+    return flags.config(args, args.config)
 
 
 def token_totals(verdicts: list[Any]) -> str:
@@ -100,41 +90,14 @@ def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "") -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.jsonl import InputError
     from jobs.judge_file import JudgeSpec, judge_file, load_items
-    from judge.backends.spec import ModelSpec
 
     config = judge_config_from(args)
-    try:
-        engine = engine_from(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    engine = engine_from(args)
     if not args.input.is_file():
-        print(f"error: --input {args.input} does not exist", file=sys.stderr)
-        return 2
-    try:
-        items = load_items(args.input)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    backend_kwargs: dict[str, Any] = config.pixel_options()  # the model's processor gets the judge's range
-    if args.device:
-        backend_kwargs["device"] = args.device
-    if args.api_key:
-        backend_kwargs["api_key"] = args.api_key
-    try:
-        backend_kwargs.update(base_options(args, args.model, args.backend))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    spec = ModelSpec(args.model, args.backend, backend_kwargs)
-    if engine.name == "local":  # on Ray the actors load it; here a bad --model fails before any work
-        try:
-            spec.build()
-        except (ImportError, OSError, ValueError) as exc:
-            print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
-            return 2
+        raise FileNotFoundError(f"--input {args.input} does not exist")
+    items = load_items(args.input)
+    spec = loaded(model_spec(args, config.pixel_options()), engine, what="the judge")  # on Ray the actors load it
     judge = JudgeSpec(spec, config, image_root=args.input.parent)
 
     verdicts, summary = judge_file(judge, items, args.output, show_progress=True, engine=engine)

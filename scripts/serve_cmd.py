@@ -26,7 +26,7 @@ from typing import Any
 
 from mrjudge.config_flags import ConfigFlags
 from mrjudge.judge_cmd import add_judge_config_flags, judge_config_from
-from mrjudge.model_flags import add_base_flag, base_options
+from mrjudge.model_flags import add_model_flags, base_options, loaded
 
 from reward_server.config import ServerConfig
 
@@ -40,11 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="serve the judge as a reward model over HTTP (/v1/judge, /v1/reward, OpenRLHF /get_reward)",
         description="Serve a judge over HTTP with dynamic batching, input limits and optional bearer-key auth.",
     )
-    parser.add_argument(
-        "--model", required=True, help="model folder or hub id, or an OpenAI-compatible server URL (http://…/v1)"
-    )
-    parser.add_argument("--backend", choices=("hf", "openai", "vllm"), help="default: openai for URLs, hf otherwise")
-    add_base_flag(parser)
+    add_model_flags(parser)
     parser.add_argument("--server-config", type=Path, help="YAML file with ServerConfig fields; flags override it")
     parser.add_argument(
         "--no-batching", action="store_true", help="judge one request at a time (same as --max-batch-items 1)"
@@ -63,26 +59,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def server_config_from(args: argparse.Namespace) -> Any:
     """ServerConfig from `--server-config` YAML, then flags, then the key from the environment if none yet."""
-    from judge.config import ConfigError, config_from_yaml, config_values
-    from reward_server.config import API_KEY_ENV
+    from judge.config import config_from_yaml, config_values
+    from judge.reward_wire import API_KEY_ENV
 
     overrides = SERVER_FLAGS.values(args)
     if args.no_batching:
         overrides["max_batch_items"] = 1
-    try:
-        given = config_values(ServerConfig, args.server_config, overrides)
-        if given.get("api_key") is None and given.get("api_key_file") is None and os.environ.get(API_KEY_ENV):
-            overrides["api_key"] = os.environ[API_KEY_ENV]
-        return config_from_yaml(ServerConfig, args.server_config, overrides)
-    except ConfigError as exc:
-        raise SystemExit(f"error: {exc}") from exc
+    given = config_values(ServerConfig, args.server_config, overrides)
+    if given.get("api_key") is None and given.get("api_key_file") is None and os.environ.get(API_KEY_ENV):
+        overrides["api_key"] = os.environ[API_KEY_ENV]
+    return config_from_yaml(ServerConfig, args.server_config, overrides)
 
 
 def run(args: argparse.Namespace) -> int:
-    from judge.backends import make_backend
+    from judge.backends.spec import ModelSpec
     from judge.judging import Judge
+    from judge.reward_wire import API_KEY_ENV
     from reward_server import create_app
-    from reward_server.config import API_KEY_ENV, is_loopback
+    from reward_server.config import is_loopback
     from reward_server.run import run_server
 
     server_config = server_config_from(args)  # refuses a network address without a key, before any loading
@@ -110,18 +104,13 @@ def run(args: argparse.Namespace) -> int:
             backend_kwargs["device"] = args.device
     if backend == "openai" and args.backend_api_key:
         backend_kwargs["api_key"] = args.backend_api_key
-    try:
-        backend_kwargs.update(base_options(args, args.model, backend))
-        engine = make_backend(args.model, backend, **backend_kwargs)
-    except (ImportError, OSError, ValueError) as exc:
-        print(f"error: cannot load the judge from --model {args.model}: {exc}", file=sys.stderr)
-        return 2
+    backend_kwargs.update(base_options(args, args.model, backend))
+    engine = loaded(ModelSpec(args.model, backend, backend_kwargs), what="the judge").build()
     app = create_app(Judge(engine, judge_config), server_config)
     try:  # bind first, so the usage lines name the port really bound (--port 0 picks a free one)
         sock = _bind(server_config.host, server_config.port)
     except OSError as exc:
-        print(f"error: cannot listen on {server_config.host}:{server_config.port}: {exc}", file=sys.stderr)
-        return 2
+        raise OSError(f"cannot listen on {server_config.host}:{server_config.port}: {exc}") from exc
     url = _client_url(server_config.host, sock.getsockname()[1])
     print(reward_usage(url, keyed=server_config.api_key is not None, group_size=server_config.group_size), flush=True)
     run_server(app, server_config, log_level=args.log_level, sock=sock)
@@ -151,18 +140,18 @@ def reward_usage(url: str, *, keyed: bool, group_size: int) -> str:
     mr-judge reward server on http://127.0.0.1:8000 (no API key)
     """
     import judge.integrations
+    from judge.reward_wire import API_KEY_ENV, REWARD_URL_ENV
 
     folder = Path(judge.integrations.__file__).resolve().parent
-    key_line = "export MRJUDGE_SERVER_API_KEY=<the key this server was started with>" if keyed else ""
-    env = f"export MRJUDGE_REWARD_URL={url}" + (f"; {key_line}" if keyed else "")
+    key_line = f"export {API_KEY_ENV}=<the key this server was started with>" if keyed else ""
+    env = f"export {REWARD_URL_ENV}={url}" + (f"; {key_line}" if keyed else "")
     n = max(group_size, 2)
     lines = [
         f"mr-judge reward server on {url} ({'API key required' if keyed else 'no API key'})",
         "Use it as the reward in",
         "  TRL (Python):",
-        "    from judge.policy_reward import AsyncJudgeRewardFunction",
-        f'    reward = AsyncJudgeRewardFunction(server_url="{url}")'
-        + ("  # key from $MRJUDGE_SERVER_API_KEY" if keyed else ""),
+        "    from judge.policy_reward import AsyncHttpJudgeReward",
+        f'    reward = AsyncHttpJudgeReward("{url}")' + (f"  # key from ${API_KEY_ENV}" if keyed else ""),
         "  verl (environment, then config overrides for verl.trainer.main_ppo):",
         f"    {env}",
         f"    custom_reward_function.path={folder / 'verl.py'} "

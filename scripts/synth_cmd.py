@@ -12,16 +12,17 @@ mrjudge synth negatives --input data/ --out runs/neg --generator model --model Q
 mrjudge synth distill --input runs/real --out runs/real --reasoner model --reasoner-model http://127.0.0.1:8000/v1 \
     --rewriter model --reasoner-max-tokens 16384 --concurrency 256     # a `vllm serve Qwen/QwQ-32B` endpoint
 mrjudge synth all --config configs/synth_world.yaml
+mrjudge synth all --world-n 50 --out runs/synth-50       # any SynthConfig field as a flag (or key=value)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+from typing import Any
 
-from mrjudge.config_flags import ConfigFlags
+from mrjudge.config_flags import ConfigFlags, add_key_values
 from mrjudge.engine_flags import add_engine_flags, add_pixel_flags, engine_from, pixel_options
 
 
@@ -110,14 +111,30 @@ def _throughput_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _throughput_from(args: argparse.Namespace) -> dict:
-    return {"concurrency": args.concurrency, "max_failed_fraction": args.max_failed_fraction}
+def _job_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The options every row stage (negatives, describe, distill) takes from `_job_args` and `_throughput_flags`."""
+    from data_synthesis.stages import Shard
+
+    return {
+        "shard": Shard.parse(args.shard),
+        "batch_size": args.batch_size,
+        "engine": engine_from(args),
+        "concurrency": args.concurrency,
+        "max_failed_fraction": args.max_failed_fraction,
+    }
 
 
 def _assemble_flags() -> ConfigFlags:
     from data_synthesis.assemble import AssembleConfig
 
     return ConfigFlags(AssembleConfig)
+
+
+def _all_flags() -> ConfigFlags:
+    """`synth all`: every SynthConfig field but `engine` (its own flag, with the Ray address)."""
+    from data_synthesis.pipeline import SynthConfig
+
+    return ConfigFlags(SynthConfig, skip=("engine",))
 
 
 def _spec(model: str | None, backend: str | None, options: dict | None = None):
@@ -212,10 +229,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _throughput_flags(p)
     p.set_defaults(run=run_distill)
 
-    p = stages.add_parser("all", help="run the whole chain from a YAML config")
-    p.add_argument("--config", type=Path, required=True, help="YAML with SynthConfig fields")
+    p = stages.add_parser(
+        "all",
+        help="run the whole chain (SynthConfig: a YAML file and/or flags)",
+        description="Run every stage into `out`; prints one line, and writes the stages' summaries to "
+        "OUT/synth.summary.json. Field default < --config YAML < flags and key=value; nested fields (model specs, "
+        "sampling, assemble, ray) are YAML or key=value only.",
+    )
+    p.add_argument("--config", type=Path, help="YAML with SynthConfig fields; the flags below override it")
     p.add_argument("--engine", choices=("local", "ray"), help="overrides the config's `engine`")
     p.add_argument("--ray-address", help="with --engine ray: overrides the config's `ray.address`")
+    _all_flags().add_to(p.add_argument_group("SynthConfig fields (data_synthesis/pipeline.py)"))
+    add_key_values(p, "world_n=50")
     p.set_defaults(run=run_all)
 
 
@@ -225,35 +250,17 @@ def _print(summary: dict) -> int:
 
 
 def _stage(run, *args, **kwargs) -> int:
-    """Run a stage and print its summary; too many failed rows print it too, then exit 2."""
+    """Run a stage and print its summary; with too many failed rows, print it too and let the error go up (exit 2)."""
     from data_synthesis.stages import TooManyFailures
 
     try:
         _, summary = run(*args, **kwargs)
     except TooManyFailures as exc:
         _print(exc.summary)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise
     return _print(summary)
 
 
-def _guard(fn):
-    """Turn configuration and input mistakes into one-line errors (exit 2) instead of tracebacks."""
-
-    def wrapped(args: argparse.Namespace) -> int:
-        from jobs.jsonl import InputError
-        from judge.types import DataError
-
-        try:
-            return fn(args)
-        except (ValueError, FileNotFoundError, InputError, DataError, ImportError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-
-    return wrapped
-
-
-@_guard
 def run_world(args: argparse.Namespace) -> int:
     from data_synthesis.world import write_world
 
@@ -262,7 +269,6 @@ def run_world(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guard
 def run_records(args: argparse.Namespace) -> int:
     from data_synthesis.sources import FieldMap, write_records
 
@@ -286,50 +292,34 @@ def run_records(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guard
 def run_negatives(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_negatives as run
-    from data_synthesis.stages import Shard
 
-    return _stage(
-        run,
-        args.input,
-        args.out,
-        generator=args.generator,
-        model=_spec(args.model, args.backend, pixel_options(args)),
-        n=args.n,
-        seed=args.seed,
-        shard=Shard.parse(args.shard),
-        batch_size=args.batch_size,
-        max_attempts=args.max_attempts,
-        max_new_tokens=args.max_new_tokens,
-        sampling=_sampling_from(args, "generator"),
-        engine=engine_from(args),
-        **_throughput_from(args),
-    )
+    options = dict(generator=args.generator, n=args.n, seed=args.seed, max_attempts=args.max_attempts)
+    return _mllm_stage(run, args, "generator", **options)
 
 
-@_guard
 def run_describe(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_describe as run
-    from data_synthesis.stages import Shard
 
+    return _mllm_stage(run, args, "describer", describer=args.describer)
+
+
+def _mllm_stage(run, args: argparse.Namespace, role: str, **options: Any) -> int:
+    """negatives or describe: the stage's own `options`, then its MLLM (`--model`, image size, `--<role>-…`
+    decoding) and the job's options."""
     return _stage(
         run,
         args.input,
         args.out,
-        describer=args.describer,
         model=_spec(args.model, args.backend, pixel_options(args)),
         max_new_tokens=args.max_new_tokens,
-        shard=Shard.parse(args.shard),
-        batch_size=args.batch_size,
-        sampling=_sampling_from(args, "describer"),
-        engine=engine_from(args),
-        **_throughput_from(args),
+        sampling=_sampling_from(args, role),
+        **options,
+        **_job_from(args),
     )
 
 
-@_guard
 def run_assemble(args: argparse.Namespace) -> int:
     from data_synthesis.assemble import AssembleConfig
     from data_synthesis.pipeline import run_assemble as run
@@ -338,10 +328,8 @@ def run_assemble(args: argparse.Namespace) -> int:
     return _print(run(args.input, args.out, config, engine=engine_from(args))[1])
 
 
-@_guard
 def run_distill(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_distill as run
-    from data_synthesis.stages import Shard
 
     return _stage(
         run,
@@ -352,36 +340,35 @@ def run_distill(args: argparse.Namespace) -> int:
         reasoner_model=_spec(args.reasoner_model, args.reasoner_backend),
         rewriter=args.rewriter,
         rewriter_model=_spec(args.rewriter_model, args.rewriter_backend),
-        shard=Shard.parse(args.shard),
-        batch_size=args.batch_size,
         reasoner_sampling=_sampling_from(args, "reasoner"),
         rewriter_sampling=_sampling_from(args, "rewriter"),
-        engine=engine_from(args),
-        **_throughput_from(args),
+        **_job_from(args),
     )
 
 
-@_guard
 def run_all(args: argparse.Namespace) -> int:
-    from data_synthesis.pipeline import SynthConfig
     from data_synthesis.pipeline import run_all as run
-    from judge.config import ConfigError, config_from_yaml
 
-    try:
-        config = config_from_yaml(SynthConfig, args.config)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from exc
-    if args.engine:
-        config.engine = args.engine
+    config = _all_flags().config(args, args.config, {"engine": args.engine} if args.engine else None)
     if args.ray_address:
         if config.engine != "ray":
             raise ValueError("--ray-address needs --engine ray (or `engine: ray` in the config)")
         config.ray = {**config.ray, "address": args.ray_address}
-    from data_synthesis.stages import TooManyFailures
+    print(all_line(run(config), Path(config.out)))
+    return 0
 
-    try:
-        return _print(run(config))
-    except TooManyFailures as exc:
-        _print(exc.summary)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+
+def all_line(summary: dict[str, Any], out: Path) -> str:
+    """`synth all`'s one line: the counts stage by stage and where the summary file is."""
+    negatives = summary["negatives"]
+    steps = [f"{negatives['n_in']} records", f"{negatives['negatives']} negatives"]
+    if "held_back" in summary:
+        steps.append("assemble and distill wait for the failed rows (run again to retry them)")
+    else:
+        items, distilled = summary["items"], summary["distilled"]
+        splits = ", ".join(f"{name} {n}" for name, n in items["splits"].items())
+        steps.append(f"{items['items']} MC items ({splits})")
+        kept = distilled["kept_fraction"]  # None when there was nothing to distill
+        kept_text = "" if kept is None else f" (kept {kept:.0%})"
+        steps.append(f"{distilled['sft_train'] + distilled['sft_val']} SFT traces{kept_text}")
+    return f"synth all: {' → '.join(steps)}; summary: {out / 'synth.summary.json'}"

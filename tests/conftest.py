@@ -1,13 +1,19 @@
-"""Shared fixtures: tiny models built offline once per session, and a trained parrot judge."""
+"""Shared fixtures: tiny models built offline once per session, and a trained parrot judge.
+
+Where shared test code lives: fixtures used across folders here, a folder's own in its conftest.py
+(tests/training, tests/vllm, tests/ray); helpers that tests import in tests/support/ (items, images, the
+replay helpers, the stand-in reward server, the rule judge); benchmark files in the benchmarks' real formats
+in `tiny_world.bench_files`. A test module never imports from another test module.
+
+The inner loop is `.venv/bin/pytest -m "not slow"`: it leaves out every test marked `@pytest.mark.slow`,
+those over ~30 s on 2 CPU cores (DDP and multi-node processes, the learning benchmark, Ray evaluations,
+kill-and-resume of a model stage, model servers in subprocesses, every vLLM test, gpu_checks' CPU mode, the
+README's commands). `make test` runs everything, as CI does.
+"""
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from PIL import Image
-
-from judge.types import MCItem
 
 
 @pytest.fixture(scope="session")
@@ -37,24 +43,3 @@ def parrot_loaded(parrot_dir):
     from judge.models import load_model
 
     return load_model(str(parrot_dir), device="cpu")
-
-
-def make_items(n: int, *, seed: int = 0, k_choices=(2, 3)) -> list[MCItem]:
-    """`n` MC items with in-memory images and a known label."""
-    rng = random.Random(seed)
-    colours = ["red", "green", "blue", "yellow", "purple"]
-    items = []
-    for i in range(n):
-        k = rng.choice(k_choices)
-        names = rng.sample(colours, k)
-        image = Image.new("RGB", (84, 84), {"red": (220, 0, 0), "green": (0, 170, 0)}.get(names[0], (0, 0, 200)))
-        items.append(
-            MCItem(
-                id=f"item-{i}",
-                question="What colour is the image?",
-                candidates=[f"It is {c}." for c in names],
-                image=image,
-                label=0,
-            )
-        )
-    return items

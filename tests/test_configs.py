@@ -86,9 +86,12 @@ def test_7b_recipes_share_one_judge_budget_and_timeout():
     """Judge GRPO trains with the budget that eval and serve decode with; client and server wait alike."""
     grpo, judge = _yaml("judge_grpo_qwen2_5_vl_7b.yaml"), _yaml("judging_qwen2_5_vl_7b.yaml")
     policy, serve = _yaml("policy_grpo_qwen2_5_vl_7b.yaml"), _yaml("serve_qwen2_5_vl_7b.yaml")
-    assert grpo["max_completion_length"] == judge["max_new_tokens"] == policy["judge_max_new_tokens"] == 1024
-    assert policy["judge_timeout_s"] == serve["request_timeout_s"]
-    assert policy["judge_max_options"] == serve["max_candidates"]
+    assert grpo["max_completion_length"] == judge["max_new_tokens"] == 1024
+    # The policy's judge decodes with judging_qwen2_5_vl_7b.yaml's budget: behind the server, or in process.
+    reward, text = policy["reward"], (ROOT / "policy_grpo_qwen2_5_vl_7b.yaml").read_text()
+    assert reward["transport"] == "http" and "config_file: configs/judging_qwen2_5_vl_7b.yaml" in text
+    assert reward["retry"]["timeout_s"] == serve["request_timeout_s"]
+    assert reward["max_options"] == serve["max_candidates"]
     for recipe in (grpo, policy):
         assert recipe["loss_type"] == "grpo"  # stated: TRL 1.16's default is "dapo"
         assert recipe["vllm_max_model_length"] >= recipe["max_completion_length"] + 1280 + 512

@@ -41,18 +41,18 @@ RUN: list[str] = [
 """Commands CI runs (regular expressions over the command with `.venv/bin/` dropped)."""
 
 SKIP: list[tuple[str, str]] = [
-    (r"make demo", "the full demo takes about 10 minutes; tests/cli/test_demo.py runs every stage (--quick)"),
+    (r"make demo", "the full demo takes 763 s (docs/demo.md); tests/tiny_world/test_demo.py runs each stage (--quick)"),
     (r"make (test|lint)", "that is this test suite and its lint"),
-    (r"mrjudge demo\b.*", "tests/cli/test_demo.py runs the demo through the CLI with --quick"),
+    (r"mrjudge demo\b.*", "tests/tiny_world/test_demo.py runs the demo through the CLI with --quick"),
     (r".*https?://.*", "needs a model server (vllm serve, mrjudge serve) or the internet"),
-    (r"(MRJUDGE_\w+=\S+ )?mrjudge serve .*", "a long-running server; tests/judge/server covers it on loopback"),
+    (r"(MRJUDGE_\w+=\S+ )?mrjudge serve .*", "a long-running server; tests/reward_server covers it on loopback"),
     (r"curl .*", "needs a running reward server"),
     (
         r"accelerate launch --config_file configs/accelerate/multinode_\w+\.yaml --machine_rank \d .*",
         "multi-node training: two machines with 8 GPUs each",
     ),
     (
-        r"accelerate launch --multi_gpu --num_(processes|machines) .* -m scripts\.cli train sft --config "
+        r"accelerate launch --multi_gpu --num_(processes|machines) .* -m mrjudge\.cli train sft --config "
         r"configs/judge_sft_tiny\.yaml .*",
         "covered by tests/training/test_multinode.py",
     ),

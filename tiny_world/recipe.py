@@ -14,7 +14,12 @@ benchmark's numbers were made (docs/learning.md):
 - TRL SFT at lr 1e-3 with warmup-stable-decay, batch 16, no gradient checkpointing; then a short GRPO.
 
     from tiny_world.recipe import TinyJudgeRecipe
-    recipe = TinyJudgeRecipe(sft_steps=400)
+    recipe = TinyJudgeRecipe(sft_max_steps=400)
+
+Each setting has one name from the YAML to TRL: a field that a trainer reads is named as TRL names it
+(`num_generations`, `per_device_train_batch_size`), with its stage in front where SFT and GRPO each have
+one (`sft_max_steps` → SFT's `max_steps`, `grpo_learning_rate` → GRPO's `learning_rate`). `RENAMED` keeps
+the old names readable, with a warning.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ __all__ = [
     "COMPACT_PROMPT",
     "DESCRIBE_PROMPT",
     "History",
+    "RENAMED",
     "TRACE_TOKENS",
     "TRAINER_DEFAULTS",
     "TinyJudgeRecipe",
+    "check_group",
     "distill_judge_data",
     "grpo_config",
     "recipe_judge",
@@ -59,6 +66,17 @@ TRAINER_DEFAULTS: dict[str, Any] = dict(
 
 TRACE_TOKENS: dict[str, int] = {"pairs": 256, "scene": 128, "checks": 192}
 """Judge and GRPO generation budgets for trace layouts longer than the default 96 tokens (the longest trace fits)."""
+
+RENAMED: dict[str, str] = {
+    "vision_lr": "vision_learning_rate",
+    "sft_steps": "sft_max_steps",
+    "sft_lr": "sft_learning_rate",
+    "batch_size": "per_device_train_batch_size",
+    "grpo_steps": "grpo_max_steps",
+    "grpo_lr": "grpo_learning_rate",
+    "grpo_generations": "num_generations",
+}
+"""The recipe's old field names (before each took TRL's name) → the new ones; configs may still use them."""
 
 
 def _help(text: str) -> dict[str, str]:
@@ -97,14 +115,44 @@ class TinyJudgeRecipe:
     train_vision: bool = field(
         default=False, metadata=_help("train the vision tower in SFT and GRPO too (default: frozen after a warm-up)")
     )
-    vision_lr: float | None = field(default=None, metadata=_help("vision tower learning rate (default: sft_lr)"))
-    sft_steps: int = field(default=1500, metadata=_help("warm-up SFT optimizer steps"))
-    sft_lr: float = field(default=1e-3, metadata=_help("SFT learning rate (warmup-stable-decay)"))
-    batch_size: int = field(default=16, metadata=_help("SFT and judge-GRPO batch"))
-    grpo_steps: int = field(default=20, metadata=_help("judge GRPO steps (0 skips GRPO)"))
-    grpo_lr: float = field(default=5e-5, metadata=_help("judge GRPO learning rate"))
-    grpo_generations: int = field(default=4, metadata=_help("completions per prompt in judge GRPO"))
+    vision_learning_rate: float | None = field(
+        default=None, metadata=_help("vision tower learning rate in SFT (default: sft_learning_rate)")
+    )
+    sft_max_steps: int = field(default=1500, metadata=_help("warm-up SFT optimizer steps (SFT's max_steps)"))
+    sft_learning_rate: float = field(
+        default=1e-3, metadata=_help("SFT learning rate (warmup-stable-decay; SFT's learning_rate)")
+    )
+    per_device_train_batch_size: int = field(default=16, metadata=_help("SFT and judge-GRPO batch"))
+    grpo_max_steps: int = field(default=20, metadata=_help("judge GRPO steps (GRPO's max_steps; 0 skips GRPO)"))
+    grpo_learning_rate: float = field(default=5e-5, metadata=_help("judge GRPO learning rate (GRPO's learning_rate)"))
+    num_generations: int = field(default=4, metadata=_help("completions per prompt in judge GRPO (the group size)"))
     seed: int = field(default=0, metadata=_help("seeds the world, the judge, the splits and the trainers"))
+
+    def __post_init__(self) -> None:
+        from data_synthesis.world import REASONER_STYLES, TASK_KINDS
+        from tiny_world.model import TINY_SIZES
+
+        if isinstance(self.kinds, str):
+            self.kinds = [k.strip() for k in self.kinds.split(",") if k.strip()]
+        unknown = sorted(set(self.kinds) - set(TASK_KINDS))
+        if not self.kinds or unknown:
+            raise ValueError(f"kinds must be some of {list(TASK_KINDS)}, got {self.kinds}")
+        if self.judge_size not in TINY_SIZES:
+            raise ValueError(f"judge_size must be one of {sorted(TINY_SIZES)}, got {self.judge_size!r}")
+        if self.reasoner_style not in REASONER_STYLES:
+            raise ValueError(f"reasoner_style must be one of {REASONER_STYLES}, got {self.reasoner_style!r}")
+        for name in ("world_n", "sft_max_steps", "per_device_train_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.judge_max_new_tokens is not None and self.judge_max_new_tokens < 1:
+            raise ValueError(f"judge_max_new_tokens ({self.judge_max_new_tokens}) must be at least 1, or null")
+        if self.vision_warmup_steps < 0:
+            raise ValueError(f"vision_warmup_steps ({self.vision_warmup_steps}) must be >= 0 (0: no warm-up)")
+        if self.grpo_max_steps < 0:
+            raise ValueError(f"grpo_max_steps ({self.grpo_max_steps}) must be >= 0 (0: no GRPO)")
+        check_group(self.per_device_train_batch_size, self.num_generations)
+        if not 0 < self.val_fraction < 1:
+            raise ValueError(f"val_fraction ({self.val_fraction}) must be in (0, 1)")
 
     @property
     def max_new_tokens(self) -> int:
@@ -179,30 +227,29 @@ class TinyJudgeRecipe:
         )
         return {**figures, "model": str(out_dir), "frozen": self.freeze_vision}
 
-    def sft_config(self, model: str | Path, train_file: str | Path, output_dir: str | Path, **overrides: Any) -> Any:
-        """The recipe's warm-up SFT (`sft_config`) from `model`, the warmed-up judge."""
-        values: dict[str, Any] = dict(
-            steps=self.sft_steps,
-            batch_size=self.batch_size,
-            learning_rate=self.sft_lr,
+    def trainer_fields(self, stage: str) -> dict[str, Any]:
+        """The fields the recipe sets on `stage`'s trainer (sft or grpo), each under its TRL name: the recipe's
+        `<stage>_max_steps` is that trainer's `max_steps`, and so on."""
+        fields: dict[str, Any] = dict(
+            max_steps=getattr(self, f"{stage}_max_steps"),
+            learning_rate=getattr(self, f"{stage}_learning_rate"),
+            per_device_train_batch_size=self.per_device_train_batch_size,
             seed=self.seed,
             freeze_vision=self.freeze_vision,
-            vision_learning_rate=self.vision_lr,
         )
-        return sft_config(model, train_file, output_dir, **{**values, **overrides})
+        if stage == "sft":
+            fields["vision_learning_rate"] = self.vision_learning_rate
+        else:
+            fields.update(num_generations=self.num_generations, max_completion_length=self.max_new_tokens)
+        return fields
 
-    def grpo_config(self, model: str | Path, train_file: str | Path, output_dir: str | Path, **overrides: Any) -> Any:
-        """The recipe's judge GRPO (`grpo_config`) from the SFT judge `model`."""
-        values: dict[str, Any] = dict(
-            steps=self.grpo_steps,
-            batch_size=self.batch_size,
-            learning_rate=self.grpo_lr,
-            num_generations=self.grpo_generations,
-            max_completion_length=self.max_new_tokens,
-            seed=self.seed,
-            freeze_vision=self.freeze_vision,
-        )
-        return grpo_config(model, train_file, output_dir, **{**values, **overrides})
+    def sft_config(self, model: str | Path, train_file: str | Path, output_dir: str | Path, **fields: Any) -> Any:
+        """The recipe's warm-up SFT (`sft_config`) from `model`, the warmed-up judge; `fields` win."""
+        return sft_config(model, train_file, output_dir, **{**self.trainer_fields("sft"), **fields})
+
+    def grpo_config(self, model: str | Path, train_file: str | Path, output_dir: str | Path, **fields: Any) -> Any:
+        """The recipe's judge GRPO (`grpo_config`) from the SFT judge `model`; `fields` win."""
+        return grpo_config(model, train_file, output_dir, **{**self.trainer_fields("grpo"), **fields})
 
     def judge(self, model_dir: str | Path, *, image_root: str | Path | None, batch_size: int) -> Any:
         """The recipe's judge (`recipe_judge`) with the layout's generation budget."""
@@ -324,80 +371,79 @@ def recipe_judge(
     )
 
 
+def check_group(batch_size: int, num_generations: int, prefix: str = "") -> None:
+    """GRPO's rule, checked before any work: the batch is whole groups of at least 2 completions of a prompt."""
+    if num_generations < 2 or batch_size % num_generations:
+        raise ValueError(
+            f"{prefix}per_device_train_batch_size ({batch_size}) must be a multiple of {prefix}num_generations "
+            f"({num_generations}), which must be at least 2 (GRPO compares completions of one prompt)"
+        )
+
+
+def _trainer_config(cls: type, model: str | Path, train_file: str | Path, output_dir: str | Path, **fields: Any) -> Any:
+    return cls(
+        model_name_or_path=str(model),
+        train_file=str(train_file),
+        output_dir=str(output_dir),
+        **{**TRAINER_DEFAULTS, **fields},
+    )
+
+
 def sft_config(
     model: str | Path,
     train_file: str | Path,
     output_dir: str | Path,
     *,
-    steps: int,
-    batch_size: int = 16,
-    learning_rate: float = 3e-3,
-    seed: int = 0,
+    max_steps: int,
     warmup_fraction: float = 0.03,
-    **overrides: Any,
+    **fields: Any,
 ) -> Any:
     """The warm-up SFT: lr held for 70 % of the steps after a short warm-up, then decayed (warmup_stable_decay).
 
-    `overrides` are any other `JudgeSFTConfig` fields (they replace `TRAINER_DEFAULTS` too).
+    `fields` are `JudgeSFTConfig` fields; they win over the recipe's (batch 16, lr 3e-3, seed 0, `TRAINER_DEFAULTS`).
     """
     from training.sft import JudgeSFTConfig
 
-    values = dict(
-        model_name_or_path=str(model),
-        train_file=str(train_file),
-        output_dir=str(output_dir),
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
+    recipe = dict(
+        max_steps=max_steps,
+        per_device_train_batch_size=16,
+        learning_rate=3e-3,
         lr_scheduler_type="warmup_stable_decay",
-        lr_scheduler_kwargs={"num_decay_steps": int(0.3 * steps)},
-        warmup_steps=int(warmup_fraction * steps),
+        lr_scheduler_kwargs={"num_decay_steps": int(0.3 * max_steps)},
+        warmup_steps=int(warmup_fraction * max_steps),
         weight_decay=0.0,
         max_length=None,
         logging_steps=10,
-        seed=seed,
-        **TRAINER_DEFAULTS,
+        seed=0,
     )
-    values.update(overrides)
-    return JudgeSFTConfig(**values)
+    return _trainer_config(JudgeSFTConfig, model, train_file, output_dir, **{**recipe, **fields})
 
 
 def grpo_config(
-    model: str | Path,
-    train_file: str | Path,
-    output_dir: str | Path,
-    *,
-    steps: int,
-    batch_size: int = 16,
-    learning_rate: float = 5e-5,
-    num_generations: int = 4,
-    max_completion_length: int = 96,
-    seed: int = 0,
-    **overrides: Any,
+    model: str | Path, train_file: str | Path, output_dir: str | Path, *, max_steps: int, **fields: Any
 ) -> Any:
-    """The judge GRPO after SFT: sampled at temperature 1, no KL term, the SFT data's prompt wording."""
+    """The judge GRPO after SFT: sampled at temperature 1, no KL term, the SFT data's prompt wording.
+
+    `fields` are `JudgeGRPOConfig` fields; they win over the recipe's (batch 16, 4 completions of at most 96
+    tokens, lr 5e-5, seed 0, `TRAINER_DEFAULTS`).
+    """
     from training.grpo import JudgeGRPOConfig
 
-    values = dict(
-        model_name_or_path=str(model),
-        train_file=str(train_file),
-        output_dir=str(output_dir),
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        num_generations=num_generations,
-        max_completion_length=max_completion_length,
-        learning_rate=learning_rate,
+    recipe = dict(
+        max_steps=max_steps,
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_completion_length=96,
+        learning_rate=5e-5,
         temperature=1.0,
         beta=0.0,
         prompt_instruction=COMPACT_PROMPT.instruction,  # the wording the SFT data used
         prompt_criteria="",
         prompt_answer_format=COMPACT_PROMPT.answer_format,
         logging_steps=2,
-        seed=seed,
-        **TRAINER_DEFAULTS,
+        seed=0,
     )
-    values.update(overrides)
-    return JudgeGRPOConfig(**values)
+    return _trainer_config(JudgeGRPOConfig, model, train_file, output_dir, **{**recipe, **fields})
 
 
 # -- diagnostics -------------------------------------------------------------------------------------------

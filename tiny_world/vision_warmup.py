@@ -2,7 +2,7 @@
 
 A real MLLM judge arrives with a pretrained vision encoder; a tiny one from `tiny_world.model` has never seen a
 picture. Trained end to end on judge traces, its vision tower collapses: after 1,500 SFT steps the image
-features barely depend on the picture (`tiny_recipe.vision_sensitivity` 0.01–0.1), and every flaw that
+features barely depend on the picture (`tiny_world.recipe.vision_sensitivity` 0.01–0.1), and every flaw that
 needs the image is decided at chance, while text-only flaws are perfect. A frozen random tower keeps the
 information (a linear probe reads kind, colour and size from it perfectly) but the language side did not
 learn to read a shape's kind from it in the same budget.

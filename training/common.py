@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 import yaml
 from transformers import TrainerCallback
 
-from judge.config import config_values, yaml_load
+from judge.config import config_values, parse_key_values
 
 __all__ = [
     "JudgeModelArguments",
@@ -133,27 +134,25 @@ class JudgeModelArguments:
     )
 
     def __post_init__(self) -> None:
-        from judge.backends.base import check_pixel_range
+        from judge.images import PixelRange
 
-        check_pixel_range(self.min_pixels, self.max_pixels)
+        PixelRange(self.min_pixels, self.max_pixels)  # refused when the config loads
         parent = getattr(super(), "__post_init__", None)  # the TRL config this is mixed into, if any
         if parent is not None:
             parent()
 
 
-def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None) -> C:
-    """`cls` from a YAML file with `key=value` overrides (values parsed as YAML: `max_steps=20`, `use_lora=true`).
+def load_config(
+    cls: type[C], path: str | Path | None = None, overrides: list[str] | Mapping[str, Any] | None = None
+) -> C:
+    """`cls` from a YAML file with overrides: `key=value` strings (values parsed as YAML: `max_steps=20`,
+    `use_lora=true`) or a mapping of field values (`mrjudge train`'s flags).
 
     Unknown keys fail with the list of valid ones; TRL's own checks run in `__post_init__`.
     """
     from transformers import HfArgumentParser
 
-    parsed: dict[str, Any] = {}
-    for override in overrides or []:
-        key, sep, value = override.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {override!r} must look like key=value (e.g. max_steps=20)")
-        parsed[key.strip()] = yaml_load(value)
+    parsed = dict(overrides) if isinstance(overrides, Mapping) else parse_key_values(overrides or [])
     values = config_values(cls, path, parsed, fields_hint="see `mrjudge train … --help-fields` for the valid ones")
     for name in ("model_name_or_path", "train_file"):
         if not values.get(name):

@@ -2,18 +2,19 @@
 
     mrjudge train policy --config configs/policy_grpo_tiny.yaml max_steps=20
     accelerate launch --config_file configs/accelerate/zero3.yaml -m mrjudge.cli train policy \\
-        --config configs/policy_grpo_qwen2_5_vl_7b.yaml judge_server_url=http://judge-node:8000
+        --config configs/policy_grpo_qwen2_5_vl_7b.yaml reward.url=http://judge-node:8000
 
 The data are prompts, one JSON object per line: `{"prompt", "image"?, "images"?, "answer"?}`, where
 `prompt` is a string or a list of chat messages; the synthetic world's records work as they are
 (`{"id", "image", "question", "answer"}`: question → prompt, answer → reference). The reward is
 `judge.policy_reward`'s: each prompt's `num_generations` completions are judged against each other (listwise),
-against the reference answer (pairwise) or in a tournament, by a reward server (`judge_server_url`) or a
-judge loaded in each training process (`judge_model`).
+against the reference answer (pairwise) or in a tournament, by a reward server (`reward: {transport: http,
+url: …}`) or a judge loaded in each training process (`reward: {transport: in_process, model: …}`); the
+nested keys are `judge.reward_spec`'s, and the flat `judge_*` keys of before still work (`training.policy_keys`).
 
 Starting from an SFT run's LoRA adapter folder (`model_name_or_path=runs/policy-sft-lora`): `use_lora=true`
 continues that adapter, `use_lora=false` merges it and trains all weights; for a fresh LoRA over the SFT
-model, `mrjudge adapters merge` it first (docs/lora-handoff.md). `judge_model` takes an adapter folder too.
+model, `mrjudge adapters merge` it first (docs/lora-handoff.md). `reward.model` takes an adapter folder too.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from judge.policy_reward import API_KEY_ENV, AsyncJudgeRewardFunction, JudgeRewardFunction
-from judge.reward_scoring import MODES
+from judge.reward_base import GroupedJudgeReward
+from judge.reward_spec import HttpRewardSpec, InProcessRewardSpec, RewardSpec, reward_spec
+from judge.reward_wire import RetryPolicy
 from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
+from training.policy_keys import nest_reward_keys
 from training.replay_trainer import ReplayArguments
 
 __all__ = ["JudgePolicyGRPOConfig", "build_policy_trainer", "load_prompt_dataset", "run_policy"]
@@ -55,58 +58,17 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
     )
     eval_file: str | None = field(default=None, metadata={"help": "Optional held-out prompts in the same format."})
 
-    # Judge: where it runs
-    judge_server_url: str | None = field(
-        default=None, metadata={"help": "Reward server (`mrjudge serve`) root, e.g. http://judge-node:8000."}
-    )
-    judge_model: str | None = field(
+    # The judge: where it runs and how it rewards (judge.reward_spec)
+    reward: dict[str, Any] | None = field(
         default=None,
-        metadata={"help": "Or judge in every training process: a folder / hub id, or an OpenAI-compatible /v1 URL."},
+        metadata={
+            "help": "The judge reward, nested: {transport: http, url: http://judge-node:8000, …} (a `mrjudge serve` "
+            "server) or {transport: in_process, model: runs/judge, …} (a judge in each training process). "
+            f"http keys: {', '.join(HttpRewardSpec.keys())}; in_process keys: {', '.join(InProcessRewardSpec.keys())} "
+            f"(judge: JudgeConfig fields); retry: {{{', '.join(RetryPolicy.keys())}}}. One key on the command line: "
+            "reward.url=…, reward.retry.max_retries=5."
+        },
     )
-    judge_backend: str | None = field(
-        default=None, metadata={"help": "In-process engine: hf, openai or vllm (default: openai for URLs, else hf)."}
-    )
-    judge_device: str | None = field(
-        default=None, metadata={"help": "In-process hf judge's device (default: this process's training device)."}
-    )
-    judge_config_file: str | None = field(
-        default=None,
-        metadata={"help": "YAML of JudgeConfig fields for the in-process judge (prompt wording it was trained on…)."},
-    )
-    # Judge: how it rewards
-    judge_mode: str = field(
-        default="listwise",
-        metadata={"help": "listwise (the group as one MC question), pairwise (vs the reference) or tournament."},
-    )
-    judge_tournament: str = field(
-        default="knockout", metadata={"help": "Tournament format: knockout (G - 1 games) or round_robin (G(G - 1)/2)."}
-    )
-    judge_reference_column: str | None = field(
-        default="answer", metadata={"help": "Column of reference answers (pairwise mode, lone completions)."}
-    )
-    judge_max_options: int = field(
-        default=8, metadata={"help": "Judge's option limit; larger listwise groups play a knock-out instead."}
-    )
-    judge_orders: int | None = field(
-        default=None, metadata={"help": "In-process: display orders per item (default 2; a server uses its own)."}
-    )
-    judge_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "In-process: the judge's reasoning budget in tokens (default 512)."}
-    )
-    judge_batch_size: int | None = field(
-        default=None, metadata={"help": "In-process: MC items per judge batch (default 8)."}
-    )
-    # Judge: the wire
-    judge_api_key_env: str = field(
-        default=API_KEY_ENV,
-        metadata={"help": "Environment variable holding the server's key (the key never enters a config file)."},
-    )
-    judge_timeout_s: float = field(default=120.0, metadata={"help": "Seconds per reward request attempt."})
-    judge_max_retries: int = field(
-        default=3, metadata={"help": "Retries of 5xx/429/timeouts; a group that still fails gets reward None."}
-    )
-    judge_backoff_s: float = field(default=1.0, metadata={"help": "First back-off; doubles per retry, with jitter."})
-    judge_max_concurrency: int = field(default=16, metadata={"help": "Reward requests in flight per process."})
 
     # Generation server hand-off
     adapter_handoff: bool = field(
@@ -117,25 +79,22 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
         },
     )
 
+    @staticmethod
+    def nest_config_values(values: dict[str, Any]) -> dict[str, Any]:
+        """`reward.url=…` overrides and the old flat `judge_*` keys, folded into `reward` (`judge.config` asks)."""
+        return nest_reward_keys(values)
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        if (self.judge_server_url is None) == (self.judge_model is None):
-            raise ValueError(
-                "set exactly one of judge_server_url=… (a `mrjudge serve` server) or judge_model=… (a judge in "
-                f"each training process); got judge_server_url={self.judge_server_url!r}, "
-                f"judge_model={self.judge_model!r}"
-            )
-        if self.judge_mode not in MODES:
-            raise ValueError(f"judge_mode must be one of {', '.join(MODES)}, got {self.judge_mode!r}")
-        if self.judge_mode == "pairwise" and not self.judge_reference_column:
-            raise ValueError("judge_mode=pairwise compares with a reference: set judge_reference_column (e.g. answer)")
+        self.reward_spec: RewardSpec = reward_spec(self.reward)
+        self.reward = self.reward_spec.to_dict()  # every key's final value, as the resolved config saves it
         local = self.per_device_train_batch_size * self.steps_per_generation
-        if self.judge_mode != "pairwise" and local % self.num_generations:
+        if self.reward_spec.mode != "pairwise" and local % self.num_generations:
             raise ValueError(
                 f"per_device_train_batch_size × steps_per_generation ({self.per_device_train_batch_size} × "
                 f"{self.steps_per_generation} = {local}) must be a multiple of num_generations "
                 f"({self.num_generations}), or a prompt's completions are split across processes and judged in "
-                f"parts; change the batch, or use judge_mode=pairwise"
+                f"parts; change the batch, or use reward.mode=pairwise"
             )
         if self.adapter_handoff and not (self.use_lora and self.use_vllm and self.vllm_mode == "server"):
             raise ValueError(
@@ -145,50 +104,12 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
         if self.adapter_handoff and not self.adapter_store:
             raise ValueError("adapter_handoff writes revisions the server loads: set adapter_store=DIR (shared)")
 
-    def judge_config(self) -> Any:
-        """The in-process judge's `JudgeConfig`: the YAML file's fields, then the `judge_*` fields set here."""
-        from judge.config import config_from_yaml
-        from judge.judging import JudgeConfig
-
-        overrides = {
-            key: value
-            for key, value in (
-                ("orders", self.judge_orders),
-                ("max_new_tokens", self.judge_max_new_tokens),
-                ("batch_size", self.judge_batch_size),
-            )
-            if value is not None
-        }
-        return config_from_yaml(JudgeConfig, self.judge_config_file, overrides)
-
-    def reward_function(self, image_columns: tuple[str, ...] = ("images", "image")) -> JudgeRewardFunction:
-        """The judge reward: the async variant for a server (TRL awaits it on its loop), the sync one in process."""
-        import os
-
-        common: dict[str, Any] = dict(
-            mode=self.judge_mode,
-            tournament=self.judge_tournament,
-            reference_column=self.judge_reference_column,
-            image_columns=image_columns,
-            max_options=self.judge_max_options,
-            max_retries=self.judge_max_retries,
-            backoff_s=self.judge_backoff_s,
-            timeout_s=self.judge_timeout_s,
-            min_pixels=self.min_pixels,  # images go to the judge at the size the policy sees them
-            max_pixels=self.max_pixels,
-        )
-        if self.judge_server_url is not None:
-            return AsyncJudgeRewardFunction(
-                self.judge_server_url,
-                api_key=os.environ.get(self.judge_api_key_env) or None,
-                max_concurrency=self.judge_max_concurrency,
-                **common,
-            )
-        backend = self.judge_backend or ("openai" if self.judge_model.startswith(("http://", "https://")) else "hf")
-        kwargs = {"device": self.judge_device or str(self.device)} if backend == "hf" else {}
-        return JudgeRewardFunction(
-            judge=self.judge_model, judge_config=self.judge_config(), backend=backend, backend_kwargs=kwargs, **common
-        )
+    def reward_function(self, image_columns: tuple[str, ...] = ("images", "image")) -> GroupedJudgeReward:
+        """The judge reward: the async HTTP one for a server (TRL awaits it on its loop), the in-process one else."""
+        spec = self.reward_spec
+        if isinstance(spec, HttpRewardSpec):  # images go to the judge at the size the policy sees them
+            return spec.build(image_columns, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        return spec.build(image_columns, device=str(self.device))
 
 
 def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True, keep_text_only: bool = False) -> Any:

@@ -10,7 +10,7 @@ autograd), so the backward happens inside `training_step`; old-policy and refere
 no-grad replay. The gradient is the plain loss's (see `tests/training/test_replay.py`), and so are the
 logged metrics (entropy, KL, clip ratios). What is refused, at construction and with the reason: TRL
 options whose loss does not split into per-completion terms (`top_entropy_quantile` < 1, the entropy bonus,
-MoE load-balancing loss, `loss_type=vespo`), fp16 loss scaling, DeepSpeed and FSDP (they own the backward).
+MoE load-balancing loss), fp16 loss scaling, DeepSpeed and FSDP (they own the backward).
 Plain DDP works: replay's backward passes bypass DDP's hooks, and the gradients are averaged across
 processes at each accumulation boundary. `replay_prompt_chunk=N` runs each prompt in chunks of N tokens
 and back-propagates them last to first (`training.replay.chunked`): same gradient, one chunk's activations.
@@ -26,7 +26,6 @@ import torch
 from trl import GRPOTrainer
 
 from training.replay import (
-    LOSS_TYPES,
     GRPOLoss,
     ReplayBatch,
     ReplayResult,
@@ -103,8 +102,6 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
         args = self.args
         problems = []
-        if self.loss_type not in LOSS_TYPES:
-            problems.append(f"loss_type={self.loss_type!r} (replay reproduces {', '.join(LOSS_TYPES)})")
         if self.top_entropy_quantile < 1.0:
             problems.append("top_entropy_quantile < 1 (its token mask is a batch-wide quantile)")
         if getattr(self, "_entropy_bonus_enabled", False):
@@ -123,19 +120,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 "replay_shared_prompt=true cannot reproduce: " + "; ".join(problems) + ". Change these or set "
                 "replay_shared_prompt=false."
             )
-        return GRPOLoss(
-            loss_type=self.loss_type,
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
-            delta=args.delta,
-            beta=self.beta,
-            importance_sampling_level=self.importance_sampling_level,
-            use_bias_correction_kl=args.use_bias_correction_kl,
-            off_policy_mask_threshold=self.off_policy_mask_threshold,
-            sapo_temperature_pos=args.sapo_temperature_pos,
-            sapo_temperature_neg=args.sapo_temperature_neg,
-            max_completion_length=self.max_completion_length,
-        )
+        return GRPOLoss.from_config(args)
 
     # -- log-probs without autograd (old policy, reference, evaluation) ----------------------------------
 
@@ -298,6 +283,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if self.loss_type == "cispo":
             clipped = ((coef_1 > self.epsilon_high) & (advantages > 0)).float()
             self._metrics[mode]["cispo_clip_ratio"].append(global_masked_mean(clipped))
+        elif self.loss_type == "vespo":  # per_token's weight is vespo's gamma weight φ
+            self._metrics[mode]["vespo/phi_seq_mean"].append(global_masked_mean(coef_1))
         elif self.loss_type != "sapo":
             low = ((coef_1 < 1 - self.epsilon_low) & (advantages < 0)).float()
             high = ((coef_1 > 1 + self.epsilon_high) & (advantages > 0)).float()

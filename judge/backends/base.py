@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from judge.images import QWEN_FACTOR
 from judge.parser import parse_answer
 from judge.prompt import option_letters
 
@@ -27,7 +26,6 @@ __all__ = [
     "Generation",
     "SamplingParams",
     "answer_label_logprobs",
-    "check_pixel_range",
     "labels_for",
     "locate_token",
 ]
@@ -62,6 +60,9 @@ class ChatRequest:
     """When set, the backend returns the log-prob of each of the `n_options` labels at the answer."""
     adapter: str | None = None
     """A LoRA adapter the backend has loaded (`load_adapter`) to answer with; None means the bare base."""
+    images_fitted: bool = False
+    """True when `images` are already resized into the pixel range (the `Judge` sets it when it has one), so a
+    backend that resizes (HTTP) sends them as they are; the model's processor gets that same range."""
 
     @classmethod
     def user(cls, text: str, images: Sequence[Any] = ()) -> ChatRequest:
@@ -98,19 +99,6 @@ class Backend(Protocol):
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
         """One `Generation` per request, in order."""
         ...
-
-
-def check_pixel_range(min_pixels: int | None, max_pixels: int | None) -> None:
-    """Refuse a pixel range Qwen's resize rule cannot meet, naming the setting to fix."""
-    smallest = QWEN_FACTOR * QWEN_FACTOR
-    for name, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < smallest):
-            raise ValueError(
-                f"{name} ({value!r}) must be an integer of at least {smallest} (one 28x28 patch group), e.g. "
-                "1003520 = 1280*28*28 for at most 1,280 visual tokens; leave it unset for the model's own"
-            )
-    if min_pixels is not None and max_pixels is not None and min_pixels > max_pixels:
-        raise ValueError(f"min_pixels ({min_pixels}) must not exceed max_pixels ({max_pixels})")
 
 
 def labels_for(form: str, k: int) -> list[str]:

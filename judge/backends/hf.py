@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, check_pixel_range
+from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs
+from judge.images import PixelRange
 from judge.models import LoadedModel, load_model, set_pixel_range
 
 __all__ = ["TransformersBackend"]
@@ -77,11 +78,11 @@ class TransformersBackend:
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size ({max_batch_size}) must be at least 1")
-        check_pixel_range(min_pixels, max_pixels)
+        pixels = PixelRange(min_pixels, max_pixels)  # checked before a model is loaded
         self.loaded = (
             model if isinstance(model, LoadedModel) else load_model(model, device=device, dtype=dtype, base=base)
         )
-        set_pixel_range(self.loaded.processor, min_pixels=min_pixels, max_pixels=max_pixels)
+        set_pixel_range(self.loaded.processor, **pixels.options())
         self.max_batch_size = max_batch_size
         self._label_ids: Any = None
         self._label_pieces: list[str] = []

@@ -69,7 +69,7 @@ def write_stock_processor_config(folder) -> None:
     config = json.loads(path.read_text())
     image = config.get("image_processor")
     if image is None:
-        raise ValueError(f"{path} has no image_processor section: not a Qwen2.5-VL folder written by judge.tiny")
+        raise ValueError(f"{path} has no image_processor section: not a Qwen2.5-VL folder written by tiny_world.model")
     config["processor_class"] = "Qwen2_5_VLProcessor"
     video = {k: v for k, v in image.items() if k != "image_processor_type"}
     config.setdefault("video_processor", {**video, "video_processor_type": "Qwen2VLVideoProcessor"})

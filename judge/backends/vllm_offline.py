@@ -22,14 +22,8 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from judge.backends.base import (
-    ChatRequest,
-    Generation,
-    SamplingParams,
-    answer_label_logprobs,
-    check_pixel_range,
-    locate_token,
-)
+from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
+from judge.images import PixelRange
 
 __all__ = ["VLLMBackend", "VLLMNotInstalled", "vllm_lora_problems"]
 
@@ -102,7 +96,7 @@ class VLLMBackend:
     ) -> None:
         from judge.models import resolve_adapter
 
-        check_pixel_range(min_pixels, max_pixels)
+        pixels = PixelRange(min_pixels, max_pixels)
         if importlib.util.find_spec("vllm") is None:
             raise VLLMNotInstalled(
                 "the vLLM backend needs vLLM: `pip install 'mr-judge[vllm]'` on a GPU machine, or use "
@@ -122,9 +116,9 @@ class VLLMBackend:
             engine_kwargs["max_lora_rank"] = _lora_rank(source.config, engine_kwargs.get("max_lora_rank"))
         engine_kwargs.setdefault("enable_prefix_caching", True)
         engine_kwargs.setdefault("limit_mm_per_prompt", {"image": max_images})
-        pixels = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
-        if pixels:
-            engine_kwargs["mm_processor_kwargs"] = {**(engine_kwargs.get("mm_processor_kwargs") or {}), **pixels}
+        if pixels:  # vLLM's processor resizes into the range the judge sized the images to, so it keeps their size
+            own = engine_kwargs.get("mm_processor_kwargs") or {}
+            engine_kwargs["mm_processor_kwargs"] = {**own, **pixels.options()}
         self.llm = LLM(model=source.base if source else model, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.logprobs = logprobs

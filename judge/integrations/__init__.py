@@ -5,5 +5,6 @@
   for the batch reward manager).
 
 Both find the reward server (`mrjudge serve`) from `$MRJUDGE_REWARD_URL` and its key from
-`$MRJUDGE_SERVER_API_KEY`; `mrjudge serve` prints the exact lines on start. See docs/rewards.md.
+`$MRJUDGE_SERVER_API_KEY`, and retry as `judge.reward_wire` says (the names and the policy every reward
+client shares); `mrjudge serve` prints the exact lines on start. See docs/rewards.md.
 """

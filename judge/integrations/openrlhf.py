@@ -22,8 +22,10 @@ Returns OpenRLHF's dict: `rewards` and `scores` (tensors when torch is importabl
 with `judge_scored = 0` and `judge_failed = 1`, and a warning is logged: OpenRLHF would otherwise leave the
 sample without a reward and fail later in the step.
 
-This file imports only the standard library (and torch if present), so it can be copied to a training
-node as it is.
+Its environment names and retry policy are `judge/reward_wire.py`'s, shared with every other reward client.
+Besides that module it imports only the standard library (and torch if present): where mr-judge is not
+installed, it loads `reward_wire.py` by path from the package folder above its own, so the two files can be
+copied to a training node as `judge/integrations/openrlhf.py` and `judge/reward_wire.py`.
 """
 
 from __future__ import annotations
@@ -31,29 +33,41 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
+import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 __all__ = ["reward_func"]
 
 logger = logging.getLogger("mrjudge.openrlhf")
 
-URL_ENV = "MRJUDGE_REWARD_URL"
-KEY_ENV = "MRJUDGE_SERVER_API_KEY"
-TIMEOUT_ENV = "MRJUDGE_REWARD_TIMEOUT_S"
+
+def _reward_wire() -> Any:
+    """`judge.reward_wire`, imported, or loaded by path beside this file's package when mr-judge is not installed."""
+    try:
+        from judge import reward_wire
+    except ImportError:
+        import importlib.util
+
+        path = Path(__file__).resolve().parents[1] / "reward_wire.py"
+        spec = importlib.util.spec_from_file_location("mrjudge_reward_wire", path)
+        reward_wire = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(reward_wire)
+    return reward_wire
+
+
+wire = _reward_wire()
 NEUTRAL_REWARD = 0.5
 """`judge.reward_planner.NEUTRAL_REWARD`, repeated so this file needs nothing but the standard library."""
-RETRIES = 4
-RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+RETRY = wire.RetryPolicy(max_retries=4, timeout_s=170.0)  # OpenRLHF's own remote call gives up at 180 s
+"""Retries of this file's POST; `$MRJUDGE_REWARD_TIMEOUT_S` overrides the timeout per attempt."""
 
 
 def _endpoint() -> str:
-    url = os.environ.get(URL_ENV, "").strip().rstrip("/")
-    if not url:
-        raise RuntimeError(f"set {URL_ENV} to the reward server's address (`mrjudge serve` prints it on start)")
+    url = wire.reward_server_url().rstrip("/")
     if url.endswith("/get_reward"):
         return url
     return url.removesuffix("/v1") + "/get_reward"
@@ -62,29 +76,27 @@ def _endpoint() -> str:
 def _post(body: dict[str, Any]) -> dict[str, Any]:
     """POST with retries on connection errors, 408, 429 and 5xx (back-off with jitter, `Retry-After` honoured)."""
     headers = {"Content-Type": "application/json"}
-    key = os.environ.get(KEY_ENV)
+    key = wire.server_api_key()
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    timeout = float(os.environ.get(TIMEOUT_ENV, "170"))  # OpenRLHF's own remote call gives up at 180 s
+    timeout = float(os.environ.get(wire.REWARD_TIMEOUT_ENV) or RETRY.timeout_s)
     data = json.dumps(body).encode()
     error = ""
-    for attempt in range(RETRIES + 1):
-        delay = min(30.0, 2.0**attempt * random.uniform(0.5, 1.5))
+    for attempt in range(RETRY.max_retries + 1):
+        retry_after = None
         try:
             request = urllib.request.Request(_endpoint(), data=data, headers=headers, method="POST")
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             error = f"HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}"
-            if exc.code not in RETRYABLE:
+            if not wire.is_retryable(exc.code):
                 break
-            retry_after = exc.headers.get("Retry-After") if exc.headers else None
-            if retry_after and retry_after.isdigit():
-                delay = max(delay, float(retry_after))
+            retry_after = wire.retry_after_s(exc.headers.get("Retry-After") if exc.headers else None)
         except (OSError, ValueError) as exc:  # refused, reset, timed out, or not JSON
             error = f"{type(exc).__name__}: {exc}"
-        if attempt < RETRIES:
-            time.sleep(delay)
+        if attempt < RETRY.max_retries:
+            time.sleep(RETRY.delay(attempt, retry_after=retry_after))
     raise RuntimeError(error)
 
 

@@ -17,48 +17,47 @@ verl passes neither the prompt nor the images to a reward function, so the datas
 folder, data URLs, or `{"bytes": ...}`), and optionally `reference` (else `ground_truth`; `""` is none).
 
 Grouping, mode choice and the unscored rule are the shared planner's (`judge.reward_planner`, through
-`judge.policy_reward.JudgeRewardFunction`). verl puts each value in a tensor, so it has no "skip": an unscored
+`judge.reward_http.HttpJudgeReward`). verl puts each value in a tensor, so it has no "skip": an unscored
 response gets `fill_unscored`'s value (its group's mean scored reward, else 0.5). Every result is a dict
 with the same keys: `score`, `judge_scored` (1/0) and `judge_group_size`, which verl logs per key.
 
 reward_kwargs (optional): `mode` ("listwise" | "pairwise" | "tournament"), `tournament`, `max_options`,
-`timeout_s`, `max_retries`, `server_url` (instead of `$MRJUDGE_REWARD_URL`).
+`server_url` (instead of `$MRJUDGE_REWARD_URL`), and the retry policy's `timeout_s`, `max_retries`,
+`backoff_s`, `max_backoff_s` (`judge.reward_wire.RetryPolicy`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from judge.policy_reward import API_KEY_ENV, JudgeRewardFunction
+from judge.reward_http import HttpJudgeReward
 from judge.reward_inputs import verl_sample
 from judge.reward_planner import fill_unscored, group_samples
+from judge.reward_wire import RetryPolicy, reward_server_url, server_api_key
 
 __all__ = ["compute_score", "compute_score_batch"]
 
 logger = logging.getLogger("mrjudge.verl")
 
-URL_ENV = "MRJUDGE_REWARD_URL"
-OPTIONS = ("mode", "tournament", "max_options", "timeout_s", "max_retries", "server_url")
+OPTIONS = ("mode", "tournament", "max_options", "server_url", *RetryPolicy.keys())
 
-_rewarders: dict[tuple[Any, ...], JudgeRewardFunction] = {}
+_rewarders: dict[tuple[Any, ...], HttpJudgeReward] = {}
 _lock = threading.Lock()
 
 
-def _rewarder(options: dict[str, Any]) -> JudgeRewardFunction:
+def _rewarder(options: dict[str, Any]) -> HttpJudgeReward:
     """One reward function (and so one connection pool) per process and configuration."""
-    server_url = options.pop("server_url", None) or os.environ.get(URL_ENV)
-    if not server_url:
-        raise RuntimeError(f"set {URL_ENV} to the reward server's address (`mrjudge serve` prints it on start)")
-    key = (server_url, os.environ.get(API_KEY_ENV), tuple(sorted(options.items())))
+    url = reward_server_url(options.pop("server_url", None))
+    retry = RetryPolicy(**{k: options.pop(k) for k in RetryPolicy.keys() if k in options})
+    key = (url, server_api_key(), retry, tuple(sorted(options.items())))
     with _lock:
         if key not in _rewarders:
-            _rewarders[key] = JudgeRewardFunction(
-                server_url, reference_column="reference", image_columns=("images",), send_image_paths=True,
-                name="judge", **options,
+            _rewarders[key] = HttpJudgeReward(
+                url, reference_column="reference", image_columns=("images",), send_image_paths=True,
+                retry=retry, **options,
             )  # fmt: skip
         return _rewarders[key]
 

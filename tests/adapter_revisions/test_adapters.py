@@ -13,8 +13,8 @@ from adapter_revisions import AdapterStore, AdapterStoreError, BaseMismatchError
 from adapter_revisions.pool import AdapterPool
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.prompt import build_messages
-from tests.conftest import make_items
 from tests.support.adapters import lora_model, served_copy
+from tests.support.items import make_items
 
 GREEDY = SamplingParams(max_new_tokens=12)
 

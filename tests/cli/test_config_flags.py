@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import pytest
 from mrjudge.cli import build_parser
-from mrjudge.config_flags import ConfigFlags, flag_name
+from mrjudge.config_flags import ConfigFlags, LazyFlagsParser, add_key_values, flag_name
 
 from judge.config import ConfigError
 
@@ -210,3 +211,88 @@ def test_synth_stage_flags_are_unchanged():
     args = _cli("synth", "distill", *argv, "--reasoner-max-tokens", "100")
     assert _sampling_from(args, "reasoner") == {"temperature": 0.7, "max_tokens": 100}
     assert _sampling_from(args, "rewriter") == {"seed": 3}
+
+
+# -- one convention: flags and `key=value` on every command -------------------------------------------------
+
+
+class Speed(enum.Enum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+@dataclass
+class TrlLike:
+    """TRL's field shapes: an enum or a string, a tri-state bool, a mapping (key=value only)."""
+
+    speed: Speed | str = field(default="fast", metadata={"help": "an enum or its value"})
+    bf16: bool | None = field(default=None, metadata={"help": "None: decided later"})
+    kwargs: dict | str | None = field(default=None, metadata={"help": "a mapping"})
+
+
+def test_enum_or_str_and_tri_state_bool_fields_get_flags():
+    flags = ConfigFlags(TrlLike)
+    assert flags.names == ("speed", "bf16")  # the mapping is key=value only
+    assert flags.values(_parse(["--speed", "slow", "--no-bf16"], flags)) == {"speed": "slow", "bf16": False}
+    assert flags.values(_parse(["--bf16"], flags)) == {"bf16": True} and flags.values(_parse([], flags)) == {}
+    with pytest.raises(SystemExit):
+        _parse(["--speed", "medium"], flags)
+
+
+def test_key_value_is_the_same_as_the_flag():
+    parser = argparse.ArgumentParser()
+    EXAMPLE.add_to(parser)
+    add_key_values(parser, "steps=2")
+    as_flags = parser.parse_args(["--steps", "5", "--sizes", "4", "5", "--no-cache"])
+    as_pairs = parser.parse_args(["steps=5", "sizes=[4, 5]", "cache=false"])
+    assert EXAMPLE.values(as_flags) == EXAMPLE.values(as_pairs) == {"steps": 5, "sizes": [4, 5], "cache": False}
+    assert EXAMPLE.values(parser.parse_args(["inner={depth: 2}"])) == {"inner": {"depth": 2}}  # YAML-only fields too
+    with pytest.raises(ConfigError, match=r"must look like key=value \(e\.g\. steps=2\)"):
+        EXAMPLE.values(parser.parse_args(["steps"]))
+
+
+def test_lazy_flags_are_added_only_for_the_command_that_runs():
+    added = []
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command", parser_class=LazyFlagsParser)
+    for name in ("a", "b"):
+        commands.add_parser(name, add_flags=lambda p, name=name: (added.append(name), EXAMPLE.add_to(p)))
+    assert parser.parse_args(["b", "--steps", "4"]).steps == 4
+    assert added == ["b"]
+
+
+def test_train_takes_flags_and_key_value_alike():
+    """`mrjudge train` reads TRL's fields as flags, added when the stage runs; key=value is the same thing."""
+    from mrjudge.train_cmd import _flags
+
+    from training.common import load_config
+    from training.sft import JudgeSFTConfig
+
+    base = ["train", "sft", "model_name_or_path=m", "train_file=t.jsonl", "output_dir=o"]
+    flags = _cli(*base, "--max-steps", "3", "--lr-scheduler-type", "cosine", "--use-lora", "--no-bf16")
+    pairs = _cli(*base, "max_steps=3", "lr_scheduler_type=cosine", "use_lora=true", "bf16=false")
+    assert _flags("sft").values(flags) == _flags("sft").values(pairs)
+    config = load_config(JudgeSFTConfig, None, _flags("sft").values(flags))
+    assert (config.max_steps, config.lr_scheduler_type.value, config.use_lora, config.bf16) == (
+        3,
+        "cosine",
+        True,
+        False,
+    )
+
+
+def test_demo_takes_flags_key_value_and_old_names(tmp_path):
+    from mrjudge.demo import DEMO_FLAGS
+
+    from tiny_world.demo.config import load_demo_config
+
+    flags = DEMO_FLAGS.values(_cli("demo", "--quick", "--sft-max-steps", "7", "--num-generations", "2", "--no-shaded"))
+    pairs = DEMO_FLAGS.values(_cli("demo", "quick=true", "sft_max_steps=7", "num_generations=2", "shaded=false"))
+    assert flags == pairs and load_demo_config(None, flags).sft_max_steps == 7
+    with pytest.warns(FutureWarning, match="`grpo_generations` is now `num_generations`"):
+        old = load_demo_config(None, {"grpo_generations": 2, "sft_steps": 7, "shaded": False}, quick=True)
+    assert old == load_demo_config(None, flags)
+    path = tmp_path / "old.yaml"
+    path.write_text("quick: true\npolicy_generations: 2\n")
+    with pytest.warns(FutureWarning, match="old.yaml: `policy_generations` is now `policy_num_generations`"):
+        assert load_demo_config(path).policy_num_generations == 2

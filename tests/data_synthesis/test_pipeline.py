@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from mrjudge.cli import main
 from PIL import Image
 
@@ -88,6 +89,7 @@ def _negatives_cmd(model: Path, world: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # three model-negatives processes: 182 s under load (7 agents on 2 cores)
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tiny_vlm_dir, tmp_path):
     world = tmp_path / "world"
     assert main(["synth", "world", "--n", "24", "--out", str(world)]) == 0

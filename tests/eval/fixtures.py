@@ -1,117 +1,43 @@
-"""Tiny benchmark files in each benchmark's official schema, written on the fly."""
+"""Shared by the eval tests: the benchmark files (from `tiny_world.bench_files`), a scripted judge, and what the
+MM-Vet files score under the stand-in grader (`tiny_world.servers.grader_server`), worked out by hand."""
 
 from __future__ import annotations
 
-import io
-import json
-from pathlib import Path
+from tiny_world.bench_files import (
+    MMVET,
+    MMVET_CANDIDATES,
+    MMVET_JUNK,
+    VLRB_IDS,
+    png_bytes,
+    write_mmrb,
+    write_mmvet,
+    write_mmvet_candidates,
+    write_vlrb_jsonl,
+    write_vlrb_parquet,
+)
 
-from PIL import Image
-
-# (id, preferred index) — every VL-RewardBench id prefix the official grouping knows, POVID included.
-VLRB_IDS = [
-    ("hallucination_pair_1", 0),
-    ("RLAIF-V_2", 1),
-    ("RLHF-V_3", 0),
-    ("mathverse_4", 0),
-    ("mmmu_5", 1),
-    ("wildvision-battle_6", 0),
-    ("vlfeedback_7", 0),
-    ("hallucination-9", 0),
+__all__ = [
+    "FIRST",
+    "MMVET",
+    "MMVET_CANDIDATES",
+    "MMVET_GRADES",
+    "MMVET_JUNK",
+    "ORACLE",
+    "VLRB_IDS",
+    "ScriptedJudge",
+    "png_bytes",
+    "write_mmrb",
+    "write_mmvet",
+    "write_mmvet_candidates",
+    "write_vlrb_jsonl",
+    "write_vlrb_parquet",
 ]
 
-
-def _png(colour: tuple[int, int, int]) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (84, 84), colour).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def vlrb_rows(folder: Path) -> list[dict]:
-    """VL-RewardBench rows; the preferred response says 'correct', the other 'wrong'."""
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i, (item_id, preferred) in enumerate(VLRB_IDS):
-        responses = ["wrong answer", "wrong answer"]
-        responses[preferred] = "correct answer"
-        (folder / f"images/{i}.png").write_bytes(_png((30 * i, 90, 160)))
-        rows.append(
-            {
-                "id": item_id,
-                "query": f"What is in picture {i}?",
-                "response": responses,
-                "image": f"images/{i}.png",
-                "human_ranking": [0, 1] if preferred == 0 else [1, 0],
-                "models": ["m1", "m2"],
-                "query_source": item_id.split("_")[0],
-            }
-        )
-    return rows
-
-
-def write_vlrb_jsonl(folder: Path) -> Path:
-    path = folder / "vlrb.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in vlrb_rows(folder)))
-    return path
-
-
-def write_vlrb_parquet(folder: Path) -> Path:
-    """The hub's layout: one Parquet file whose `image` column is a datasets Image (PNG bytes)."""
-    import datasets
-
-    rows = vlrb_rows(folder)
-    for row in rows:
-        row["image"] = {"bytes": (folder / row["image"]).read_bytes(), "path": None}
-    features = datasets.Features(
-        {
-            "id": datasets.Value("string"),
-            "query": datasets.Value("string"),
-            "response": datasets.Sequence(datasets.Value("string")),
-            "image": datasets.Image(),
-            "human_ranking": datasets.Sequence(datasets.Value("int64")),
-            "models": datasets.Sequence(datasets.Value("string")),
-            "query_source": datasets.Value("string"),
-        }
-    )
-    path = folder / "test-00000-of-00001.parquet"
-    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
-    return path
-
-
-MMRB_ROWS = [
-    # (ID, Category, Better)
-    ("nocaps_1", "open_generation/correctness_task", "Output1"),
-    ("visitbench_2", "open_generation/preference_task", "Output2"),
-    ("pairs_3", "safety", "Output1"),
-    ("toxic_4", "safety", "Output2"),
-    ("math_5", "reasoning", "Output2"),
-    ("code_6", "reasoning", "Output1"),
-    ("mmmu_7", "knowledge", "Output1"),
-    ("vqa_8", "vqa", "Output2"),
-]
-
-
-def write_mmrb(folder: Path) -> Path:
-    """`all_data.json` with images under `images/`; the better output says 'correct'."""
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i, (item_id, category, better) in enumerate(MMRB_ROWS):
-        (folder / f"images/{i}.png").write_bytes(_png((100, 25 * i, 60)))
-        good, bad = "correct answer", "wrong answer"
-        rows.append(
-            {
-                "ID": item_id,
-                "Text": f"Describe picture {i}.",
-                "Image": f"images/{i}.png",
-                "Output1": good if better == "Output1" else bad,
-                "Output2": good if better == "Output2" else bad,
-                "Better": better,
-                "Category": category,
-            }
-        )
-    path = folder / "all_data.json"
-    path.write_text(json.dumps(rows))
-    return path
+# The stand-in grader's grade of each MM-Vet candidate (MMVET_CANDIDATES[j][id] -> MMVET_GRADES[id][j]), and
+# the best-of-3 metrics they give when the judge always picks the first candidate, or the best one.
+MMVET_GRADES = {"v1_0": [0.0, 1.0, 0.0], "v1_1": [1.0, 1.0, 0.0], "v1_2": [0.0, 1.0, 1.0], "v1_3": [1.0, 0.0, 0.0]}
+FIRST = {"first_total": 0.5, "first_rec": 2 / 3, "first_ocr": 0.0, "first_math": 0.0, "first_know": 1.0}
+ORACLE = {f"oracle_{k}": 1.0 for k in ("total", "rec", "ocr", "math", "know")}
 
 
 class ScriptedJudge:

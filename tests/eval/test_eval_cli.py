@@ -139,11 +139,11 @@ def test_multimodal_rewardbench_both_modes_and_evaluate_module(parrot_dir, parro
 
 
 def test_mm_vet_best_of_n_from_the_command_line(parrot_dir, tmp_path, capsys):
-    from tests.eval.test_mmvet import FIRST, ORACLE, _write_candidates, _write_dataset
+    from tests.eval.fixtures import FIRST, ORACLE, write_mmvet, write_mmvet_candidates
     from tiny_world.servers.grader_server import make_grader_app
 
-    data = _write_dataset(tmp_path)
-    files = [str(p) for p in _write_candidates(tmp_path)]
+    data = write_mmvet(tmp_path)
+    files = [str(p) for p in write_mmvet_candidates(tmp_path)]
     out = tmp_path / "run"
     with serve(make_grader_app()) as grader:
         args = ["--model", str(parrot_dir), "--candidates", *files, "--grader-url", grader, "--max-new-tokens", "40"]

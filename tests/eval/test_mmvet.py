@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from eval.mmvet import (
     GRADER_PROMPT,
@@ -37,53 +36,27 @@ from judge.backends.base import Generation
 from judge.backends.hf import TransformersBackend
 from judge.backends.openai_http import OpenAIBackend
 from judge.judging import Judge, JudgeConfig
+from tests.eval.fixtures import (
+    FIRST,
+    MMVET,
+    MMVET_CANDIDATES,
+    MMVET_GRADES,
+    MMVET_JUNK,
+    ORACLE,
+    write_mmvet,
+    write_mmvet_candidates,
+)
 from tiny_world.servers.grader_server import MODEL_NAME, make_grader_app
 from tiny_world.servers.openai_server import make_app, serve
 
-MMVET = {
-    "v1_0": {"imagename": "v1_0.png", "question": "What is x in the equation?", "answer": "-1<AND>-5",
-             "capability": ["ocr", "math"]},
-    "v1_1": {"imagename": "v1_1.png", "question": "What colour is the car?", "answer": "red<OR>crimson",
-             "capability": ["rec"]},
-    "v1_2": {"imagename": "v1_2.png", "question": "What is written on the sign?", "answer": "STOP",
-             "capability": ["ocr", "rec"]},
-    "v1_3": {"imagename": "v1_3.png", "question": "How many apples are there?", "answer": "3",
-             "capability": ["rec", "know"]},
-}  # fmt: skip
-JUNK = "[[junk]]"  # the stand-in grader never answers a prediction carrying this: a grade that fails
-CANDIDATE_FILES = [  # file j holds candidate j; the stand-in's grades are in the comments
-    {"v1_0": "x = -1", "v1_1": "The car is Red.", "v1_2": "It says go.", "v1_3": "There are 3 apples."},  # 0 1 0 1
-    {"v1_0": "x = -1 or x = -5", "v1_1": "It is crimson.", "v1_2": "It says stop.", "v1_3": "Two apples."},  # 1 1 1 0
-    {"v1_0": "x = 3", "v1_1": "Blue.", "v1_2": "stop", "v1_3": f"Four apples. {JUNK}"},  # 0 0 1 0 (failed)
-]
-GRADES = {"v1_0": [0.0, 1.0, 0.0], "v1_1": [1.0, 1.0, 0.0], "v1_2": [0.0, 1.0, 1.0], "v1_3": [1.0, 0.0, 0.0]}
-FIRST = {"first_total": 0.5, "first_rec": 2 / 3, "first_ocr": 0.0, "first_math": 0.0, "first_know": 1.0}
-ORACLE = {f"oracle_{k}": 1.0 for k in ("total", "rec", "ocr", "math", "know")}
 N_GRADER_CALLS = 12 + 4  # every candidate once, plus four retries of the junk one
-
-
-def _write_dataset(root: Path, entries: dict = MMVET) -> Path:
-    (root / "images").mkdir(parents=True, exist_ok=True)
-    for i, key in enumerate(entries):
-        Image.new("RGB", (56, 56), (40 * i, 200 - 40 * i, 90)).save(root / "images" / f"{key}.png")
-    path = root / "mm-vet.json"
-    path.write_text(json.dumps(entries, indent=1), encoding="utf-8")
-    return path
-
-
-def _write_candidates(root: Path, tables: list[dict] = CANDIDATE_FILES) -> list[Path]:
-    paths = []
-    for j, table in enumerate(tables):
-        paths.append(root / f"policy_{j}.json")
-        paths[-1].write_text(json.dumps(table), encoding="utf-8")
-    return paths
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     root = tmp_path_factory.mktemp("mmvet")
-    questions = load_mmvet(_write_dataset(root))
-    return questions, load_candidates(_write_candidates(root), questions)
+    questions = load_mmvet(write_mmvet(root))
+    return questions, load_candidates(write_mmvet_candidates(root), questions)
 
 
 @pytest.fixture(scope="module")
@@ -273,8 +246,8 @@ def test_score_mmvet_counts_a_question_once_per_capability_and_rejects_bad_picks
 
 def test_retry_rule_gives_zero_after_five_tries():
     question = _question()
-    prediction = f"x = -1 or x = -5 {JUNK}"
-    app = make_grader_app(junk_marker=JUNK)
+    prediction = f"x = -1 or x = -5 {MMVET_JUNK}"
+    app = make_grader_app(junk_marker=MMVET_JUNK)
     with serve(app) as url:
         [grade] = grade_predictions(OpenAIBackend(url, model_name=MODEL_NAME), [(question, prediction)])
     assert grade == Grade(score=0.0, tries=5, raw=["N/A"] * 5, failed=True)
@@ -292,9 +265,9 @@ def test_retry_rounds_are_batched_and_stop_at_the_first_parsed_grade():
     pairs = [
         (_question("a"), "x = -1 or x = -5"),  # junk twice, then 1.0
         (_question("b"), "x = 3"),  # junk twice, then 0.0
-        (_question("c"), f"x = -5 {JUNK}"),  # never parses
+        (_question("c"), f"x = -5 {MMVET_JUNK}"),  # never parses
     ]
-    app = make_grader_app(junk_first=2, junk_marker=JUNK)
+    app = make_grader_app(junk_first=2, junk_marker=MMVET_JUNK)
     with serve(app) as url:
         backend = CountingBackend(OpenAIBackend(url))
         grades = grade_predictions(backend, pairs)
@@ -316,8 +289,8 @@ def _check_run(out: Path, metrics: dict, questions: list[MMVetQuestion]) -> list
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == [q.id for q in questions]
     for row in rows:
-        assert row["grades"] == GRADES[row["id"]]
-        assert row["candidates"] == [table[row["id"]] for table in CANDIDATE_FILES]
+        assert row["grades"] == MMVET_GRADES[row["id"]]
+        assert row["candidates"] == [table[row["id"]] for table in MMVET_CANDIDATES]
         assert set(row["picks"]) == {"first", "random", "judge", "oracle"}
         assert row["picks"]["random"] == random_pick(0, row["id"], 3)
         assert row["picks"]["judge"] in (0, 1, 2)
@@ -346,7 +319,7 @@ def _check_run(out: Path, metrics: dict, questions: list[MMVetQuestion]) -> list
 
 def test_run_mmvet_with_a_transformers_judge(dataset, hf_judge_backend, tmp_path):
     questions, candidates = dataset
-    app = make_grader_app(junk_marker=JUNK)
+    app = make_grader_app(junk_marker=MMVET_JUNK)
     with serve(app) as url:
         metrics = run_mmvet(
             _judge(hf_judge_backend), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
@@ -359,7 +332,7 @@ def test_run_mmvet_with_a_transformers_judge(dataset, hf_judge_backend, tmp_path
 
 def test_run_mmvet_with_an_openai_judge(dataset, parrot_loaded, tmp_path):
     questions, candidates = dataset
-    grader_app = make_grader_app(junk_marker=JUNK)
+    grader_app = make_grader_app(junk_marker=MMVET_JUNK)
     with serve(make_app(parrot_loaded)) as judge_url, serve(grader_app) as grader_url:
         metrics = run_mmvet(
             _judge(make_backend(judge_url)),
@@ -376,7 +349,7 @@ def test_run_mmvet_with_an_openai_judge(dataset, parrot_loaded, tmp_path):
 
 def test_a_rerun_resumes_without_any_call(dataset, hf_judge_backend, tmp_path):
     questions, candidates = dataset
-    app = make_grader_app(junk_marker=JUNK)
+    app = make_grader_app(junk_marker=MMVET_JUNK)
     with serve(app) as url:
         first = run_mmvet(
             _judge(hf_judge_backend), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
@@ -410,7 +383,7 @@ class MumblingBackend:
 
 def test_an_undecided_judge_falls_back_to_the_first_candidate(dataset, tmp_path):
     questions, candidates = dataset
-    with serve(make_grader_app(junk_marker=JUNK)) as url:
+    with serve(make_grader_app(junk_marker=MMVET_JUNK)) as url:
         metrics = run_mmvet(
             _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
         )
@@ -423,7 +396,7 @@ def test_an_undecided_judge_falls_back_to_the_first_candidate(dataset, tmp_path)
 
 def test_num_runs_grades_every_candidate_again_and_a_rerun_adds_only_missing_runs(dataset, tmp_path):
     questions, candidates = dataset
-    app = make_grader_app(junk_marker=JUNK)
+    app = make_grader_app(junk_marker=MMVET_JUNK)
     with serve(app) as url:
         metrics = run_mmvet(
             _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False,
@@ -484,7 +457,7 @@ def test_malformed_mmvet_json_lists_every_problem(tmp_path):
         "v1_3": MMVET["v1_3"],
         "v1_4": "not an entry",
     }
-    path = _write_dataset(tmp_path, entries)
+    path = write_mmvet(tmp_path, entries)
     with pytest.raises(InputError) as caught:
         load_mmvet(path)
     message = str(caught.value)
@@ -520,7 +493,7 @@ def test_mmvet_json_shape_errors(tmp_path):
 
 
 def test_load_mmvet_resolves_images_and_limits(tmp_path):
-    path = _write_dataset(tmp_path / "data")
+    path = write_mmvet(tmp_path / "data")
     questions = load_mmvet(path, limit=2)
     assert [q.id for q in questions] == ["v1_0", "v1_1"]
     assert questions[0].image == tmp_path / "data" / "images" / "v1_0.png"
@@ -533,37 +506,37 @@ def test_load_mmvet_resolves_images_and_limits(tmp_path):
 
 
 def test_candidate_files_must_align(tmp_path):
-    questions = load_mmvet(_write_dataset(tmp_path))
-    broken = [dict(t) for t in CANDIDATE_FILES]
+    questions = load_mmvet(write_mmvet(tmp_path))
+    broken = [dict(t) for t in MMVET_CANDIDATES]
     del broken[1]["v1_2"]
     broken[2]["v1_0"] = None
-    paths = _write_candidates(tmp_path, broken)
+    paths = write_mmvet_candidates(tmp_path, broken)
     with pytest.raises(InputError) as caught:
         load_candidates(paths, questions)
     message = str(caught.value)
     assert f"{paths[1]}: id 'v1_2': missing" in message
     assert f"{paths[2]}: id 'v1_0': expected the answer as a string, got None" in message
 
-    partial = [{k: v for k, v in t.items() if k != "v1_3"} for t in CANDIDATE_FILES]
+    partial = [{k: v for k, v in t.items() if k != "v1_3"} for t in MMVET_CANDIDATES]
     with pytest.raises(InputError, match="id 'v1_3': in none of the candidate files"):
-        load_candidates(_write_candidates(tmp_path, partial), questions)
+        load_candidates(write_mmvet_candidates(tmp_path, partial), questions)
     # Without questions the union of ids must be in every file; with them, extra ids are ignored.
     with pytest.raises(InputError, match="id 'v1_2': missing"):
-        load_candidates(_write_candidates(tmp_path, [dict(t) for t in broken[:2]]))
-    loaded = load_candidates(_write_candidates(tmp_path), questions[:2])
+        load_candidates(write_mmvet_candidates(tmp_path, [dict(t) for t in broken[:2]]))
+    loaded = load_candidates(write_mmvet_candidates(tmp_path), questions[:2])
     assert loaded == {
         "v1_0": ["x = -1", "x = -1 or x = -5", "x = 3"],
         "v1_1": ["The car is Red.", "It is crimson.", "Blue."],
     }
     with pytest.raises(InputError, match="2 to 26 candidate files"):
-        load_candidates(_write_candidates(tmp_path)[:1])
+        load_candidates(write_mmvet_candidates(tmp_path)[:1])
 
 
 def test_candidates_from_a_model_spec_equal_a_loaded_backend(tiny_vlm_dir, tmp_path):
     from eval.mmvet import generate_candidates, load_mmvet
     from judge.backends.spec import ModelSpec
 
-    questions = load_mmvet(_write_dataset(tmp_path))[:2]
+    questions = load_mmvet(write_mmvet(tmp_path))[:2]
     spec = ModelSpec(str(tiny_vlm_dir), "hf", {"device": "cpu"})
     settings = dict(temperature=0.7, max_new_tokens=4, seed=3, batch_size=1, show_progress=False)
     by_spec = generate_candidates(spec, questions, 2, **settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from dataclasses import dataclass
@@ -115,8 +116,18 @@ def test_batch_seed_is_the_first_items_seed_and_none_when_empty():
     assert batch_seed(7, []) is None
 
 
-def test_a_disabled_bar_still_takes_totals_and_notes():
-    with progress_bar("rows", total=2, enabled=False) as (set_total, advance):
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_bar_takes_totals_and_notes_and_a_disabled_one_draws_nothing(enabled):
+    from rich.console import Console
+
+    drawn = io.StringIO()
+    console = Console(file=drawn, force_terminal=True, width=100, color_system=None)
+    with progress_bar("rows", total=2, enabled=enabled, console=console) as (set_total, advance):
         advance(1)
         set_total(5)
         advance(4, note="12 tok/s")
+    last_frame = drawn.getvalue().split("\r")[-1]
+    if enabled:
+        assert "5/5 12 tok/s" in last_frame  # the new total and the note reached the bar
+    else:
+        assert drawn.getvalue() == ""

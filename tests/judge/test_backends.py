@@ -12,7 +12,7 @@ from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
 from judge.prompt import build_messages
-from tests.conftest import make_items
+from tests.support.items import make_items
 from tests.support.parrot import PARROT_P_B
 from tiny_world.servers.openai_server import make_app, serve
 

@@ -8,25 +8,31 @@ tokens per call. With `max_pixels = 200_704` (256·28·28) it becomes 504x364 ->
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import logging
 import shutil
+import sys
 
 import httpx
-import numpy as np
 import pytest
 from mrjudge.cli import main
 from PIL import Image
 
+from judge import images
 from judge.backends.base import ChatRequest, Generation, SamplingParams
 from judge.backends.hf import TransformersBackend
 from judge.backends.openai_http import OpenAIBackend
-from judge.images import fitted_size
+from judge.images import PixelRange, fit_pixels, fitted_size, open_header
 from judge.judging import Judge, JudgeConfig
 from judge.models import load_model, load_processor, set_pixel_range
-from judge.policy_reward import JudgeRewardFunction
+from judge.reward_http import HttpJudgeReward
+from judge.reward_scoring import RewardRequest, compute_rewards
+from judge.types import MCItem
 from reward_server import ServerConfig, create_app
 from reward_server.background import serve_in_thread
+from tests.support.images import CAP, PHOTO, photo, visual_tokens
 from tests.support.scripted_judge import RuleJudgeBackend
 from tiny_world.servers.openai_server import make_app
 from tiny_world.servers.openai_server import serve as serve_openai
@@ -34,24 +40,6 @@ from tiny_world.servers.openai_server import serve as serve_openai
 STOCK_MIN_PIXELS = 3136
 STOCK_MAX_PIXELS = 12_845_056
 """Qwen/Qwen2.5-VL-7B-Instruct's preprocessor_config.json."""
-CAP = 200_704
-PHOTO = (1600, 1200)
-
-
-def visual_tokens(width: int, height: int, **bounds: int) -> int:
-    """Tokens Qwen2.5-VL spends on an image: one per 28x28 block of its resized size."""
-    w, h = fitted_size(width, height, **bounds)
-    return (w // 28) * (h // 28)
-
-
-def photo(size=PHOTO, seed: int = 0) -> Image.Image:
-    """A seeded stand-in photo: smooth gradients plus noise, so it neither compresses away nor repeats."""
-    rng = np.random.default_rng(seed)
-    w, h = size
-    y, x = np.mgrid[0:h, 0:w]
-    base = np.stack([x * 255 / w, y * 255 / h, (x + y) * 127 / (w + h)], axis=-1)
-    noise = rng.normal(0, 24, size=(h, w, 3))
-    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8), "RGB")
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +92,10 @@ def test_a_bad_pixel_flag_is_refused_naming_it(tiny_vlm_dir, tmp_path, capsys):
     items = tmp_path / "items.jsonl"
     items.write_text(json.dumps({"id": 1, "question": "q", "candidates": ["a", "b"]}) + "\n")
     args = ["judge", "--model", str(tiny_vlm_dir), "--input", str(items), "--output", str(tmp_path / "v.jsonl")]
-    with pytest.raises(SystemExit, match=r"max_pixels \(100\) must be an integer of at least 784"):
-        main([*args, "--max-pixels", "100"])
-    with pytest.raises(SystemExit, match=r"min_pixels \(50176\) must not exceed max_pixels \(3136\)"):
-        main([*args, "--min-pixels", "50176", "--max-pixels", "3136"])
+    assert main([*args, "--max-pixels", "100"]) == 2
+    assert "max_pixels (100) must be an integer of at least 784" in capsys.readouterr().err
+    assert main([*args, "--min-pixels", "50176", "--max-pixels", "3136"]) == 2
+    assert "min_pixels (50176) must not exceed max_pixels (3136)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -121,6 +109,17 @@ def test_a_bad_pixel_flag_is_refused_naming_it(tiny_vlm_dir, tmp_path, capsys):
 def test_judge_config_refuses_ranges_qwen_cannot_meet(fields, match):
     with pytest.raises(ValueError, match=match):
         JudgeConfig(**fields)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [PixelRange, JudgeConfig, lambda **kw: OpenAIBackend("http://judge/v1", **kw),
+     lambda **kw: TransformersBackend("no/such/model", **kw)],  # refused before any model is loaded
+    ids=["range", "judge-config", "openai", "hf"],
+)  # fmt: skip
+def test_every_holder_of_the_range_refuses_it_the_same_way(make):
+    with pytest.raises(ValueError, match=r"^max_pixels \(100\) must be an integer of at least 784"):
+        make(max_pixels=100)
 
 
 # -- each backend -----------------------------------------------------------------------------------------
@@ -193,13 +192,13 @@ def test_reward_client_resizes_images_the_server_would_refuse(caplog):
     prompts = ["Describe the photo."] * 2
     completions = ["A sunset. score=1", "A beach. score=3"]
     with serve_in_thread(app) as root:
-        plain = JudgeRewardFunction(root, max_retries=0)
+        plain = HttpJudgeReward(root, retry={"max_retries": 0})
         with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
             assert plain(prompts, completions, images=[[picture]] * 2) == [None, None]
         assert "HTTP 413 (field 'images[0]')" in caplog.text and "max_image_bytes" in caplog.text
         assert backend.image_sizes == []
 
-        resized = JudgeRewardFunction(root, max_retries=0, max_pixels=CAP)
+        resized = HttpJudgeReward(root, retry={"max_retries": 0}, max_pixels=CAP)
         rewards = resized(prompts, completions, images=[[picture]] * 2)
         assert rewards[1] > rewards[0]  # the rule judge prefers score=3
         assert set(backend.image_sizes) == {fitted_size(*PHOTO, max_pixels=CAP)}
@@ -211,6 +210,91 @@ def test_reward_client_resizes_images_the_server_would_refuse(caplog):
         body = {"items": [{"id": "x", "question": "q", "candidates": ["a score=1", "b score=2"]}]}
         [verdict] = httpx.post(f"{root}/v1/judge", json=body, timeout=30).json()["verdicts"]
         assert verdict["usage"] == {"prompt_tokens": 200, "completion_tokens": 14}  # two display orders
+
+
+# -- one resize per image, where it enters the judge --------------------------------------------------------
+
+
+@pytest.fixture
+def resizes(monkeypatch) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(size in, size out) of every `fit_pixels` call, under whichever name a module imported it."""
+    calls: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    original = images.fit_pixels
+
+    def counted(image, **bounds):
+        size = image.size
+        fitted = original(image, **bounds)
+        calls.append((size, fitted.size))
+        return fitted
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__dict__", {}).get("fit_pixels") is original:
+            monkeypatch.setattr(module, "fit_pixels", counted)
+    return calls
+
+
+def _jpeg_url(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=90)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_one_resize_per_image_in_process_and_through_the_server(stock_judge_dir, tmp_path, resizes):
+    """`mrjudge judge --model URL --max-pixels N` and `mrjudge serve` around that judge: the photo is resized
+    once, by the judge or by the server's decode; the display orders share it and the HTTP backend sends it
+    as it is (before, the judge re-fitted the decoded image and the backend each request's)."""
+    photo().save(tmp_path / "photo.jpg", quality=90)
+    row = {"id": "p", "question": "Is it a sunset?", "candidates": ["Yes.", "No."]}
+    with serve_openai(make_app(load_model(str(stock_judge_dir), device="cpu"))) as url:
+        backend = OpenAIBackend(url, max_pixels=CAP, top_logprobs=0)  # the commands give both the range
+        judge = Judge(backend, JudgeConfig(orders=2, max_new_tokens=1, max_pixels=CAP), image_root=tmp_path)
+        [local] = judge.select([MCItem(**row, image="photo.jpg")])
+        assert resizes == [(PHOTO, (504, 364))]
+
+        resizes.clear()
+        with serve_in_thread(create_app(judge, ServerConfig())) as root:
+            body = {"items": [{**row, "image": _jpeg_url(photo())}]}
+            response = httpx.post(f"{root}/v1/judge", json=body, timeout=120)
+        assert response.status_code == 200, response.text
+        assert resizes == [(PHOTO, (504, 364))]  # as it was decoded
+    [served] = response.json()["verdicts"]
+    assert served["usage"] == local.usage  # the model read a 504x364 image both ways, in two calls each
+
+
+def test_a_tournament_and_a_ranking_resize_their_image_once(resizes):
+    """The reward with the judge in this process (`compute_rewards`, TRL's in-process reward): a knock-out over
+    four responses is three games in two rounds, and they share one resized image; so do `rank`'s rounds."""
+    backend = RecordingRuleBackend()
+    judge = Judge(backend, JudgeConfig(orders=2, max_pixels=CAP))
+    responses = [f"A photo. score={s}" for s in (1, 4, 2, 3)]
+    request = RewardRequest("Describe it.", responses, images=[photo()], mode="tournament", tournament="knockout")
+    [result] = compute_rewards(judge, [request])
+    assert None not in result.rewards and max(result.rewards) == result.rewards[1]
+    assert resizes == [(PHOTO, (504, 364))]
+    assert backend.image_sizes == [(504, 364)] * 3 * 2  # three games, two display orders each
+
+    resizes.clear()
+    [order] = judge.rank([MCItem(id="r", question="Q?", candidates=responses, image=photo())])
+    assert order == [1, 3, 2, 0] and resizes == [(PHOTO, (504, 364))]
+
+
+@pytest.mark.parametrize(
+    "size, bounds, fitted",
+    [
+        (PHOTO, {"max_pixels": CAP}, (504, 364)),  # shrunk as it is decoded
+        ((56, 56), {"min_pixels": 50_176}, (224, 224)),  # enlarged after decoding
+        ((64, 48), {"max_pixels": CAP}, (64, 48)),  # inside the range: decoded, not resampled
+    ],
+)
+def test_fit_pixels_decodes_an_opened_image_to_the_same_size(size, bounds, fitted):
+    """The server's decode is the same resize as the judge's: an opened (header-only) grey PNG comes back
+    decoded, RGB and at the size a decoded image gets."""
+    buffer = io.BytesIO()
+    Image.new("L", size, 90).save(buffer, "PNG")
+    opened = open_header(buffer.getvalue())
+    out = fit_pixels(opened, **bounds)
+    assert (out.mode, out.size) == ("RGB", fitted) == ("RGB", fit_pixels(Image.new("RGB", size), **bounds).size)
+    assert out.getpixel((0, 0)) == (90, 90, 90)
 
 
 # -- the other commands take the same flags ----------------------------------------------------------------
@@ -226,10 +310,12 @@ EVAL_COMMANDS = [
 def test_every_eval_command_gives_the_range_to_the_judge_and_its_model(command):
     from mrjudge import eval_cmd
     from mrjudge.cli import build_parser
+    from mrjudge.engine_flags import pixel_options
+    from mrjudge.model_flags import model_spec
 
     args = build_parser().parse_args([*command, "--model", "m", "--out", "o", "--max-pixels", str(CAP)])
-    assert eval_cmd.judge_config_from(args).max_pixels == CAP  # MC mode: the judge resizes
-    assert eval_cmd.judge_model_spec(args).options == {"max_pixels": CAP}  # the backend (official mode, policy)
+    assert eval_cmd.judge_config_from(args, eval_cmd.EVAL_JUDGE_FLAGS).max_pixels == CAP  # MC mode: the judge resizes
+    assert model_spec(args, pixel_options(args)).options == {"max_pixels": CAP}  # the backend (official mode, policy)
 
 
 def test_serve_and_synth_take_the_flags():
@@ -247,4 +333,4 @@ def test_serve_and_synth_take_the_flags():
         )
         spec = synth_cmd._spec(args.model, args.backend, pixel_options(args))
         assert spec.options == {"max_pixels": CAP}
-        assert spec.build().pixels == {"max_pixels": CAP}  # the HTTP backend resizes before sending
+        assert spec.build().pixels == PixelRange(max_pixels=CAP)  # the HTTP backend resizes before sending

@@ -9,7 +9,9 @@ with the server address and key from the environment, as `mrjudge serve` prints 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import re
 import signal
 import subprocess
@@ -22,7 +24,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from judge.policy_reward import JudgeRewardFunction
+from judge.reward_http import HttpJudgeReward
 from judge.reward_planner import NEUTRAL_REWARD
 
 KEY = "integration-key"
@@ -140,7 +142,7 @@ def _metric(url: str, name: str) -> float:
 def test_serve_prints_the_lines_for_trl_verl_and_openrlhf(serve):
     usage, url = serve
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":0")  # the port really bound
-    assert f'AsyncJudgeRewardFunction(server_url="{url}")' in usage
+    assert f'AsyncHttpJudgeReward("{url}")' in usage
     assert f"export MRJUDGE_REWARD_URL={url}" in usage and "MRJUDGE_SERVER_API_KEY" in usage
     verl_path, openrlhf_path = _paths(usage)
     assert Path(verl_path).is_file() and Path(openrlhf_path).is_file()
@@ -206,10 +208,29 @@ def test_openrlhf_py_route_and_the_empty_label_rule(env):
 def test_openrlhf_py_route_without_a_server_is_neutral_and_flagged(env, monkeypatch):
     usage, _ = env
     module = load_by_path(_paths(usage)[1], "reward_func")
-    monkeypatch.setattr(module, "RETRIES", 0)
+    monkeypatch.setattr(module, "RETRY", dataclasses.replace(module.RETRY, max_retries=0))
     monkeypatch.setenv("MRJUDGE_REWARD_URL", "http://127.0.0.1:9")  # discard port: connection refused
     got = module.reward_func([TEXT_PROMPT + "Red."], [TEXT_PROMPT], [""])
     assert float(got["rewards"][0]) == NEUTRAL_REWARD and float(got["extra_logs"]["judge_failed"][0]) == 1
+
+
+def test_openrlhf_py_route_runs_where_only_the_standard_library_is(tmp_path):
+    """On a training node without mr-judge (`python -I -S`: no site-packages, no repository on the path), the
+    file still loads: it reads `judge/reward_wire.py` by path for the environment names and the retry policy."""
+    path = Path(__file__).resolve().parents[2] / "judge" / "integrations" / "openrlhf.py"
+    script = (
+        "import dataclasses, importlib.util, json, os, sys\n"
+        f"spec = importlib.util.spec_from_file_location('reward_func', {str(path)!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "assert 'judge' not in sys.modules and module.RETRY.max_retries == 4, module.RETRY\n"
+        "module.RETRY = dataclasses.replace(module.RETRY, max_retries=0)\n"
+        "os.environ[module.wire.REWARD_URL_ENV] = 'http://127.0.0.1:9'\n"
+        "print(json.dumps(module.reward_func(['Q Red.'], ['Q'], [''])))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)  # no torch either: plain lists
+    assert got["rewards"] == [NEUTRAL_REWARD] and got["extra_logs"]["judge_failed"] == [1.0]
 
 
 # -- verl ----------------------------------------------------------------------------------------------------
@@ -260,7 +281,7 @@ def test_trl_verl_openrlhf_and_v1_reward_agree(env, images):
     verl_path, openrlhf_path = _paths(usage)
     v1 = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES, "images": ["red.png"]})["rewards"]
     # TRL: a conversational prompt with the image in the dataset's column, sent as a PNG data URL.
-    trl = JudgeRewardFunction(server_url=url, api_key=KEY, image_root=str(images))
+    trl = HttpJudgeReward(url, api_key=KEY, image_root=str(images))
     prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
     from_trl = trl([prompt] * 4, [[{"role": "assistant", "content": r}] for r in RESPONSES], images=[["red.png"]] * 4)
     trl.close()

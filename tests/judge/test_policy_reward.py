@@ -1,8 +1,10 @@
-"""The judge as a TRL reward function: grouping, planning, in-process judging, and HTTP with its failures.
+"""The judge as a TRL reward function: grouping, planning, in-process judging, HTTP with its failures, and the
+nested spec a recipe names one with (`judge.reward_spec`).
 
-The HTTP tests run a real server on loopback (FastAPI + uvicorn): a stand-in for `mrjudge serve`'s
-`POST /v1/reward` that calls `judge.reward_scoring.compute_rewards` on a rule judge, with switches to answer 503
-to the first N calls, 500 to prompts carrying a marker, hold answers back, and demand an API key.
+The HTTP tests run a real server on loopback (FastAPI + uvicorn, `tests/support/reward_app.py`): a stand-in
+for `mrjudge serve`'s `POST /v1/reward` that calls `judge.reward_scoring.compute_rewards` on a rule judge,
+with switches to answer 503 to the first N calls, 500 to prompts carrying a marker, hold answers back, and
+demand an API key.
 """
 
 from __future__ import annotations
@@ -11,33 +13,29 @@ import asyncio
 import logging
 import pickle
 import socket
-import threading
 import time
 
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from PIL import Image
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from judge.images import image_to_data_url, load_image
+from judge.images import image_to_data_url
 from judge.judging import Judge, JudgeConfig
 from judge.policy_reward import (
+    AsyncHttpJudgeReward,
     AsyncJudgeRewardFunction,
+    HttpJudgeReward,
+    HttpRewardSpec,
+    InProcessJudgeReward,
+    InProcessRewardSpec,
     JudgeRewardFunction,
     reward_endpoint,
+    reward_spec,
 )
-from judge.reward_scoring import RewardRequest, compute_rewards
-from judge.types import DataError
+from judge.reward_wire import RetryPolicy
+from tests.support.reward_app import ALWAYS_500, fresh_state, make_reward_app, rule_judge
 from tests.support.scripted_judge import RuleJudgeBackend
 from tiny_world.servers.openai_server import serve
-
-ALWAYS_500 = "[always-500]"
-"""A prompt carrying this marker is answered 500 by the stand-in, every time."""
-
-
-def _rule_judge() -> Judge:
-    return Judge(RuleJudgeBackend(), JudgeConfig(orders=2))
 
 
 class Metrics:
@@ -56,65 +54,9 @@ class Metrics:
 # -- the stand-in reward server ---------------------------------------------------------------------------
 
 
-def _fresh_state() -> dict:
-    # `active` is replaced, not cleared, so answers a previous test left sleeping do not count here.
-    return {"calls": 0, "fail_first": 0, "delay_s": 0.0, "api_key": None, "active": [], "max_in_flight": 0,
-            "bodies": [], "image_sizes": []}  # fmt: skip
-
-
-def make_reward_app(state: dict) -> FastAPI:
-    app = FastAPI()
-    judge = _rule_judge()
-    lock = threading.Lock()
-
-    def error(status: int, message: str, field: str | None, kind: str, **headers: str) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "field": field, "type": kind}}, status, headers=headers)
-
-    @app.post("/v1/reward")
-    async def reward(request: Request) -> JSONResponse:
-        state["calls"] += 1
-        number = state["calls"]  # read now: concurrent requests move the counter while this one awaits
-        if state["api_key"] and request.headers.get("authorization") != f"Bearer {state['api_key']}":
-            return error(401, "missing or wrong API key", None, "unauthorized")
-        body = await request.json()
-        active, token = state["active"], object()
-        active.append(token)
-        state["max_in_flight"] = max(state["max_in_flight"], len(active))
-        try:
-            if state["delay_s"]:
-                await asyncio.sleep(state["delay_s"])
-            if number <= state["fail_first"]:
-                return error(503, "queue full", None, "overloaded", **{"Retry-After": "0"})
-            if ALWAYS_500 in body["prompt"]:
-                return error(500, "judge crashed", None, "internal")
-            images = [load_image(url) for url in body.get("images") or []]
-            state["image_sizes"].append([im.size for im in images])
-            state["bodies"].append(body)
-            req = RewardRequest(
-                prompt=body["prompt"],
-                responses=body["responses"],
-                images=images,
-                reference=body.get("reference"),
-                mode=body.get("mode", "listwise"),
-                tournament=body.get("tournament", "round_robin"),
-            )
-            try:
-                with lock:
-                    [result] = compute_rewards(judge, [req], max_options=8)
-            except DataError as exc:
-                return error(422, str(exc), exc.field_name, "invalid_request")
-            return JSONResponse(
-                {"rewards": result.rewards, "verdicts": [v.to_dict() for v in result.verdicts], "timing": result.timing}
-            )
-        finally:
-            active.remove(token)
-
-    return app
-
-
 @pytest.fixture(scope="module")
 def server():
-    state = _fresh_state()
+    state = fresh_state()
     with serve(make_reward_app(state)) as url:
         yield url, state
 
@@ -123,12 +65,12 @@ def server():
 def reward_server(server):
     """The module's server with its switches and counters reset: (url, state)."""
     url, state = server
-    state.update(_fresh_state())
+    state.update(fresh_state())
     return url, state
 
 
-def _http(url: str, **kwargs) -> JudgeRewardFunction:
-    return JudgeRewardFunction(url, **{"backoff_s": 0.01, "timeout_s": 10.0, **kwargs})
+def _http(url: str, *, max_retries: int = 3, timeout_s: float = 10.0, **kwargs) -> HttpJudgeReward:
+    return HttpJudgeReward(url, retry=RetryPolicy(max_retries, backoff_s=0.01, timeout_s=timeout_s), **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -139,27 +81,40 @@ def test_reward_endpoint_accepts_any_root(url):
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("make", "kwargs", "match"),
     [
-        ({}, "exactly one of server_url"),  # nowhere to judge
-        ({"server_url": "http://j", "judge": "runs/judge"}, "exactly one of server_url"),  # two places
-        ({"judge": "j", "mode": "best"}, "mode must be one of"),
-        ({"judge": "j", "mode": "pairwise"}, "set reference_column"),  # pairwise without a reference
-        ({"judge": "j", "tournament": "swiss"}, "tournament must be"),
-        ({"judge": "j", "max_options": 1}, "max_options"),
-        ({"judge": "j", "max_retries": -1}, "max_retries >= 0"),
+        (InProcessJudgeReward, {"judge": None}, "needs a judge"),  # nowhere to judge
+        (HttpJudgeReward, {"url": ""}, "needs the reward server's url"),
+        (InProcessJudgeReward, {"judge": "j", "mode": "best"}, "mode must be one of"),
+        (InProcessJudgeReward, {"judge": "j", "mode": "pairwise"}, "set reference_column"),  # no reference
+        (InProcessJudgeReward, {"judge": "j", "tournament": "swiss"}, "tournament must be"),
+        (InProcessJudgeReward, {"judge": "j", "max_options": 1}, "max_options"),
+        (InProcessJudgeReward, {"judge": "j", "retry": {"max_retries": -1}}, "max_retries >= 0"),
+        (InProcessJudgeReward, {"judge": "j", "retry": {"retries": 1}}, r"unknown retry key\(s\) \['retries'\]"),
+        (HttpJudgeReward, {"url": "http://j", "max_concurrency": 0}, "max_concurrency"),
     ],
 )
-def test_bad_configurations_fail_at_construction(kwargs, match):
+def test_bad_configurations_fail_at_construction(make, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        JudgeRewardFunction(**kwargs)
+        make(**kwargs)
+
+
+def test_the_old_single_class_still_builds_the_right_transport_with_a_warning():
+    with pytest.warns(FutureWarning, match=r"JudgeRewardFunction\(judge=…\) is now InProcessJudgeReward"):
+        local = JudgeRewardFunction(judge="runs/judge", max_retries=0, backoff_s=0.5, max_pixels=None)
+    assert type(local) is InProcessJudgeReward and local.retry == RetryPolicy(max_retries=0, backoff_s=0.5)
+    with pytest.warns(FutureWarning, match=r"AsyncHttpJudgeReward\(url, …\)"):
+        remote = AsyncJudgeRewardFunction(server_url="http://j:8000", timeout_s=5.0, max_concurrency=4)
+    assert type(remote) is AsyncHttpJudgeReward and remote.retry.timeout_s == 5.0 and remote.max_concurrency == 4
+    with pytest.raises(ValueError, match="exactly one of server_url"):
+        JudgeRewardFunction("http://j", judge="runs/judge")  # two places
 
 
 # -- in process -------------------------------------------------------------------------------------------
 
 
 def test_listwise_groups_by_prompt_and_maps_rewards_back():
-    reward = JudgeRewardFunction(judge=_rule_judge())
+    reward = InProcessJudgeReward(rule_judge())
     prompts = ["P1", "P2", "P1", "P2", "P1"]  # interleaved: grouping must not rely on order
     completions = ["score=1", "score=4", "score=7", "score=2", "score=3"]
     metrics = Metrics()
@@ -174,13 +129,13 @@ def test_conversational_prompts_group_by_image_content():
     prompt = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Colour?"}]}]
     completions = [[{"role": "assistant", "content": f"score={s}"}] for s in (1, 2, 5, 3)]
     images = [red, red.copy(), blue, blue.copy()]  # equal pixels in separate objects, as TRL's rows are
-    reward = JudgeRewardFunction(judge=_rule_judge())
+    reward = InProcessJudgeReward(rule_judge())
     assert reward([prompt] * 4, completions, image=images) == [0.0, 1.0, 1.0, 0.0]
     assert reward.totals["groups"] == 2
 
 
 def test_a_lone_completion_is_judged_against_its_reference_or_gets_none():
-    reward = JudgeRewardFunction(judge=_rule_judge(), reference_column="answer")
+    reward = InProcessJudgeReward(rule_judge(), reference_column="answer")
     metrics = Metrics()
     rewards = reward(
         prompts=["A", "B", "C"],
@@ -193,13 +148,13 @@ def test_a_lone_completion_is_judged_against_its_reference_or_gets_none():
 
 
 def test_pairwise_mode_judges_every_completion_against_the_reference():
-    reward = JudgeRewardFunction(judge=_rule_judge(), mode="pairwise", reference_column="answer")
+    reward = InProcessJudgeReward(rule_judge(), mode="pairwise", reference_column="answer")
     rewards = reward(prompts=["Q"] * 3, completions=["score=1", "score=6", "score=9"], answer=["score=5"] * 3)
     assert rewards == [0.0, 1.0, 1.0]  # listwise would have given the 6 nothing
 
 
 def test_groups_above_the_option_limit_play_a_knockout():
-    reward = JudgeRewardFunction(judge=_rule_judge(), max_options=8)
+    reward = InProcessJudgeReward(rule_judge(), max_options=8)
     completions = [f"score={(7 * i) % 10}" for i in range(10)]
     rewards = reward(prompts=["Q"] * 10, completions=completions)
     best = completions.index("score=9")
@@ -216,7 +171,7 @@ class BrokenBackend(RuleJudgeBackend):
 
 def test_in_process_failures_give_none_after_retries(caplog):
     judge = Judge(BrokenBackend(), JudgeConfig(orders=2))
-    reward = JudgeRewardFunction(judge=judge, max_retries=2, backoff_s=0.001)
+    reward = InProcessJudgeReward(judge, retry=RetryPolicy(max_retries=2, backoff_s=0.001))
     metrics = Metrics()
     with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
         assert reward(["Q", "Q", "R", "R"], ["a", "b", "c", "d"], log_metric=metrics) == [None] * 4
@@ -226,7 +181,7 @@ def test_in_process_failures_give_none_after_retries(caplog):
 
 
 def test_in_process_a_bad_group_sinks_only_itself(tmp_path):
-    reward = JudgeRewardFunction(judge=_rule_judge(), max_retries=0)
+    reward = InProcessJudgeReward(rule_judge(), retry={"max_retries": 0})
     rewards = reward(
         ["Q", "Q", "R", "R"],
         ["score=1", "score=2", "score=2", "score=1"],
@@ -237,7 +192,7 @@ def test_in_process_a_bad_group_sinks_only_itself(tmp_path):
 
 
 def test_configuration_pickles_without_its_runtime():
-    reward = JudgeRewardFunction(judge="runs/judge", judge_config={"orders": 2, "max_new_tokens": 4}, name="vqa_judge")
+    reward = InProcessJudgeReward("runs/judge", judge_config={"orders": 2, "max_new_tokens": 4}, name="vqa_judge")
     copy = pickle.loads(pickle.dumps(reward))
     assert copy.judge == "runs/judge" and get_callable_name(copy) == "vqa_judge" and copy._local_judge is None
 
@@ -251,7 +206,7 @@ def test_http_gives_the_same_rewards_as_in_process_and_sends_images(reward_serve
     prompts = ["Q", "Q", "Q", "R", "R"]
     completions = ["score=2", "score=8", "score=5", "score=1", "score=0"]
     kwargs = {"image": [image, image.copy(), image.copy(), image_to_data_url(image), image_to_data_url(image)]}
-    local = JudgeRewardFunction(judge=_rule_judge())(prompts, completions, **kwargs)
+    local = InProcessJudgeReward(rule_judge())(prompts, completions, **kwargs)
     remote = _http(url)
     assert remote(prompts, completions, **kwargs) == local == [0.0, 1.0, 0.0, 1.0, 0.0]
     assert state["calls"] == 2 and state["image_sizes"] == [[(30, 20)], [(30, 20)]]
@@ -319,7 +274,7 @@ def test_http_sends_the_api_key(reward_server, monkeypatch):
 def test_async_variant_is_what_trl_awaits_and_sends_groups_concurrently(reward_server):
     url, state = reward_server
     state["delay_s"] = 0.3
-    reward = AsyncJudgeRewardFunction(url, backoff_s=0.01)
+    reward = AsyncHttpJudgeReward(url, retry={"backoff_s": 0.01})
     assert is_async_callable(reward) and not is_async_callable(_http(url))
     prompts = [p for p in "ABCD" for _ in range(2)]
     start = time.perf_counter()
@@ -329,11 +284,11 @@ def test_async_variant_is_what_trl_awaits_and_sends_groups_concurrently(reward_s
 
 
 def test_backoff_doubles_with_jitter_and_honours_retry_after():
-    reward = JudgeRewardFunction(judge="unused", backoff_s=1.0, max_backoff_s=30.0)
+    retry = RetryPolicy(backoff_s=1.0, max_backoff_s=30.0)
     for attempt in range(4):
-        assert 0.5 * 2**attempt <= reward._backoff(attempt) <= 1.5 * 2**attempt
-    assert reward._backoff(0, retry_after=7.0) == 7.0  # the server knows best how long its queue needs
-    assert reward._backoff(10) == 30.0 and reward._backoff(0, retry_after=600) == 30.0  # capped
+        assert 0.5 * 2**attempt <= retry.delay(attempt) <= 1.5 * 2**attempt
+    assert retry.delay(0, retry_after=7.0) == 7.0  # the server knows best how long its queue needs
+    assert retry.delay(10) == 30.0 and retry.delay(0, retry_after=600) == 30.0  # capped
 
 
 def test_against_the_real_reward_server_with_a_key(monkeypatch):
@@ -344,16 +299,55 @@ def test_against_the_real_reward_server_with_a_key(monkeypatch):
     prompts = ["Q", "Q", "Q", "R"]
     completions = ["score=2", "score=8", "score=5", "score=1"]
     kwargs = {"image": [image] * 4, "answer": ["score=4"] * 4}
-    local = JudgeRewardFunction(judge=_rule_judge(), mode="pairwise", reference_column="answer")(
+    local = InProcessJudgeReward(rule_judge(), mode="pairwise", reference_column="answer")(
         prompts, completions, **kwargs
     )
     assert local == [0.0, 1.0, 1.0, 0.0]
-    with serve(create_app(_rule_judge(), ServerConfig(api_key="s3cret"))) as url:
+    with serve(create_app(rule_judge(), ServerConfig(api_key="s3cret"))) as url:
         keyless = _http(url, mode="pairwise", reference_column="answer", max_retries=0)
         assert keyless(prompts, completions, **kwargs) == [None] * 4  # 401 is not retried: no reward
         monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", "s3cret")
         remote = _http(url, mode="pairwise", reference_column="answer")
         assert remote(prompts, completions, **kwargs) == local
-        async_remote = AsyncJudgeRewardFunction(url, mode="pairwise", reference_column="answer", backoff_s=0.01)
+        async_remote = AsyncHttpJudgeReward(url, mode="pairwise", reference_column="answer", retry={"backoff_s": 0.01})
         assert asyncio.run(async_remote(prompts, completions, **kwargs)) == local
         remote.close()
+
+
+# -- the nested spec a recipe names a transport with --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        (None, r"set reward=\{transport: http"),  # nowhere to judge
+        ({"url": "http://j", "model": "runs/judge"}, "reward.transport must be one of"),  # two places, no transport
+        ({"transport": "grpc", "url": "http://j"}, "reward.transport must be one of"),
+        ({"transport": "http", "mode": "listwise"}, r"reward.url must say where the judge is \(transport http\)"),
+        ({"transport": "http", "urll": "http://j"}, r"\(transport http\) key\(s\) \['urll'\]; valid keys: transport"),
+        ({"transport": "in_process", "model": "j", "url": "http://j"}, r"key\(s\) \['url'\]"),  # the other's key
+        ({"model": "j", "judge": {"order": 2}}, r"reward.judge \(JudgeConfig\) key\(s\) \['order'\]"),
+        ({"url": "http://j", "retry": {"timeout_s": 0}}, r"timeout_s > 0 \(0\)"),
+        ({"url": "http://j", "mode": "pairwise", "reference_column": None}, "set reference_column"),
+    ],
+)
+def test_reward_spec_names_what_is_wrong(values, match):
+    with pytest.raises(ValueError, match=match):
+        reward_spec(values)
+
+
+def test_reward_spec_builds_one_class_per_transport(monkeypatch):
+    monkeypatch.setenv("MY_JUDGE_KEY", "k")
+    http = reward_spec({"url": "http://j:8000", "api_key_env": "MY_JUDGE_KEY", "retry": {"max_retries": 5}})
+    assert isinstance(http, HttpRewardSpec) and reward_spec(http.to_dict()) == http  # saved and read back alike
+    reward = http.build(("images",), max_pixels=1003520)
+    assert type(reward) is AsyncHttpJudgeReward and reward.api_key == "k" and reward.retry.max_retries == 5
+    assert reward.endpoint == "http://j:8000/v1/reward" and reward.max_pixels == 1003520
+    assert type(http.build(asynchronous=False)) is HttpJudgeReward
+    local = reward_spec({"transport": "in_process", "model": "runs/judge", "judge": {"orders": 4}})
+    assert isinstance(local, InProcessRewardSpec) and reward_spec(local.to_dict()) == local
+    built = local.build(("judge_images",), device="cpu")
+    assert type(built) is InProcessJudgeReward and built.judge_config.orders == 4
+    assert built.backend == "hf" and built.backend_kwargs == {"device": "cpu"}
+    assert built.image_columns == ("judge_images",)
+    assert reward_spec({"model": "http://vllm:8000/v1"}).build().backend_kwargs == {}  # openai: no device

@@ -35,6 +35,7 @@ def _same_run(local, remote, *files):
     assert json.loads((local / "metrics.json").read_text()) == json.loads((remote / "metrics.json").read_text())
 
 
+@pytest.mark.slow  # 45 s (mc) and 26 s (official) under load (7 agents on 2 cores)
 @pytest.mark.parametrize(
     ("benchmark", "mode"),
     [("vl-rewardbench", ["--mode", "mc"]), ("vl-rewardbench", ["--mode", "official", "--k", "3"])],
@@ -60,11 +61,12 @@ def test_multimodal_rewardbench_on_ray_equals_local(ray_local, parrot_dir, tmp_p
     _same_run(tmp_path / "local", tmp_path / "ray")
 
 
+@pytest.mark.slow  # 35 s under load (7 agents on 2 cores)
 def test_mm_vet_best_of_n_with_sampled_candidates_on_ray_equals_local(ray_local, parrot_dir, tmp_path):
-    from tests.eval.test_mmvet import _write_dataset
+    from tiny_world.bench_files import write_mmvet
     from tiny_world.servers.grader_server import make_grader_app
 
-    data = _write_dataset(tmp_path)
+    data = write_mmvet(tmp_path)
     args = ["--model", str(parrot_dir), "--policy", str(parrot_dir), "--n", "2", "--policy-max-new-tokens", "12"]
     args += ["--max-new-tokens", "40"]
     with serve(make_grader_app()) as grader:
@@ -74,9 +76,9 @@ def test_mm_vet_best_of_n_with_sampled_candidates_on_ray_equals_local(ray_local,
 
 
 def test_judge_command_on_ray_equals_local(ray_local, parrot_dir, tmp_path):
-    from tests.cli.test_cli import _write_items
+    from tests.support.items import write_items
 
-    items, _ = _write_items(tmp_path, n=7)
+    items, _ = write_items(tmp_path, n=7)
     args = ["judge", "--model", str(parrot_dir), "--input", str(items), "--max-new-tokens", "40", "--batch-size", "2"]
     assert main([*args, "--output", str(tmp_path / "local.jsonl")]) == 0
     assert main([*args, "--output", str(tmp_path / "ray.jsonl"), *RAY]) == 0

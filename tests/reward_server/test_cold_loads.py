@@ -14,13 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from adapter_revisions import AdapterStore
-from judge.judging import Judge, JudgeConfig
-from reward_server import ServerConfig, create_app
-from tests.reward_server.test_server_adapters import ITEM
-from tests.support.adapters import lora_model, served_copy
-from tiny_world.servers.openai_server import serve
+from tests.support.reward_server import ITEM, ask
+
+ADAPTER_METRICS = {  # a server with an adapter store adds these families to /metrics
+    "mrjudge_adapters": "gauge",
+    "mrjudge_adapter_load_waiting": "gauge",
+    "mrjudge_adapter_requests": "counter",
+    "mrjudge_adapter_load_seconds": "histogram",
+}
 
 
 class SlowStagingBackend:
@@ -55,28 +58,9 @@ class SlowStagingBackend:
 
 
 @pytest.fixture(scope="module")
-def store(tiny_vlm_dir, tmp_path_factory):
-    store = AdapterStore(tmp_path_factory.mktemp("cold-adapters"))
-    for seed in (4, 5, 6):
-        store.save("judge", lora_model(tiny_vlm_dir, seed), step=seed)
-    return store
-
-
-@pytest.fixture(scope="module")
-def server(store, tiny_vlm_dir):
-    backend = SlowStagingBackend(served_copy(tiny_vlm_dir))
-    judge = Judge(backend, JudgeConfig(orders=1, max_new_tokens=10, batch_size=16))
-    app = create_app(judge, ServerConfig(adapter_store=str(store.root), max_adapters=4, max_wait_ms=5))
-    with serve(app) as url:
-        yield url.removesuffix("/v1"), backend
-
-
-def ask(url, model=None):
-    body = {"items": [ITEM], **({"model": model} if model else {})}
-    response = httpx.post(f"{url}/v1/judge", json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    payload = response.json()
-    return payload["model"], payload["verdicts"][0]["raw"], payload["timing"]
+def server(serve_store):
+    with serve_store(SlowStagingBackend, max_adapters=4) as served:
+        yield served
 
 
 def metric(text: str, name: str) -> float:
@@ -115,6 +99,8 @@ def test_a_slow_cold_load_does_not_delay_resident_adapters(server, store):
     assert metric(text, 'mrjudge_queue_wait_seconds_count{cause="adapter_load"}') == 2
     assert metric(text, 'mrjudge_queue_wait_seconds_count{cause="batch"}') >= 9
     assert metric(text, "mrjudge_adapter_load_seconds_count") == 2
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert {name: families.get(name) for name in ADAPTER_METRICS} == ADAPTER_METRICS
 
 
 def test_a_failed_load_is_a_503_naming_the_model_and_the_next_try_loads(server, store):

@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from judge.judging import Judge, JudgeConfig
-from reward_server import ServerConfig, create_app
+from judge.judging import JudgeConfig
+from tests.support.reward_server import serving
 from tests.support.scripted_judge import RuleJudgeBackend
-from tiny_world.servers.openai_server import serve
 
 PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Best?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -26,9 +25,8 @@ def query(response: str, pads: int = 8) -> str:
 
 @pytest.fixture(scope="module")
 def url():
-    app = create_app(Judge(RuleJudgeBackend(), JudgeConfig(orders=2)), ServerConfig(group_size=4, group_wait_s=0.5))
-    with serve(app) as base:
-        yield base.removesuffix("/v1")
+    with serving(RuleJudgeBackend(), JudgeConfig(orders=2), group_size=4, group_wait_s=0.5) as base:
+        yield base
 
 
 def one_sample_requests(url: str, rows: list[tuple[str, str, str]]) -> list[dict]:
@@ -72,7 +70,7 @@ def test_an_unparsed_verdict_is_unscored_and_counted(url):
     assert [g["rewards"] for g in got] == [[0.5]] * 4  # nothing parsed: neutral, not 1/4, and flagged
     assert all(g["extra_logs"]["judge_scored"] == [0.0] for g in got)
     line = 'mrjudge_rewards_total{endpoint="/get_reward",outcome="unparsed"}'
-    count = lambda text: sum(int(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line))  # noqa: E731
+    count = lambda text: sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line))  # noqa: E731
     assert count(httpx.get(f"{url}/metrics").text) == count(before) + 4
 
 

@@ -7,36 +7,25 @@ highest `score=N` tag); the end-to-end tests go through the tiny parrot judge an
 from __future__ import annotations
 
 import base64
-import io
 import os
-import signal
-import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import httpx
 import pytest
 import uvicorn
 from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
 
 from judge.judging import Judge, JudgeConfig
 from reward_server import ServerConfig, create_app
+from tests.support.reward_server import data_url, free_port, mrjudge_serve, running, serving
 from tests.support.scripted_judge import SlowRuleBackend
-from tiny_world.servers.openai_server import serve
 
 KEY = "s3cret-key"
-
-
-def data_url(size=(8, 8), colour=(200, 30, 30)) -> str:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, colour).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def png_claiming(width: int, height: int) -> bytes:
@@ -49,15 +38,6 @@ def png_claiming(width: int, height: int) -> bytes:
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
     )
-
-
-@contextmanager
-def running(backend=None, *, batch_size: int = 64, **config):
-    """A server around the rule judge on a free loopback port; yields (base URL, backend)."""
-    backend = backend or SlowRuleBackend()
-    app = create_app(Judge(backend, JudgeConfig(orders=2, batch_size=batch_size)), ServerConfig(**config))
-    with serve(app) as url:
-        yield url.removesuffix("/v1"), backend
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +149,81 @@ def test_health_is_open_and_metrics_count_requests(client):
     assert 'mrjudge_errors_total{kind="invalid_json"}' in text
     assert "mrjudge_batch_items_bucket" in text and "mrjudge_queue_depth 0" in text
     assert 'mrjudge_request_latency_seconds_bucket{endpoint="/v1/reward",le="+Inf"}' in text
+
+
+METRICS = {
+    # family (as prometheus_client's parser names it: a counter without `_total`) -> type
+    "mrjudge_requests": "counter",
+    "mrjudge_errors": "counter",
+    "mrjudge_cancelled_requests": "counter",
+    "mrjudge_stopped_batches": "counter",
+    "mrjudge_judgments": "counter",
+    "mrjudge_rewards": "counter",
+    "mrjudge_reward_images": "counter",
+    "mrjudge_queue_depth": "gauge",
+    "mrjudge_batch_items": "histogram",
+    "mrjudge_batch_requests": "histogram",
+    "mrjudge_request_latency_seconds": "histogram",
+    "mrjudge_queue_wait_seconds": "histogram",
+}
+
+
+def test_metrics_parse_as_prometheus_text_with_their_names(client):
+    assert client.post("/v1/reward", json={"prompt": "Q?", "responses": ["score=1", "score=2"]}).status_code == 200
+    response = client.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    assert {name: f.type for name, f in families.items()} == METRICS
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert samples["mrjudge_requests_total", (("endpoint", "/v1/reward"), ("status", "200"))] >= 1
+    assert samples["mrjudge_judgments_total", ()] >= 1 and samples["mrjudge_queue_depth", ()] == 0
+    assert samples["mrjudge_batch_items_bucket", (("le", "+Inf"),)] == samples["mrjudge_batch_items_count", ()]
+
+
+REWARD_ENDPOINTS = {
+    "/v1/judge": ("JudgeRequest", "JudgeResponse"),
+    "/v1/reward": ("RewardRequest", "RewardResponse"),
+    "/get_reward": ("GetRewardRequest", "GetRewardResponse"),
+}
+
+
+def _refs(node) -> set[str]:
+    if isinstance(node, dict):
+        return {node["$ref"]} if "$ref" in node else set().union(*(_refs(v) for v in node.values()))
+    return set().union(*(_refs(v) for v in node)) if isinstance(node, list) else set()
+
+
+def test_openapi_shows_the_reward_endpoints_contracts(client):
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    assert _refs(spec) <= {f"#/components/schemas/{name}" for name in schemas}  # every reference resolves
+    for path, (request, response) in REWARD_ENDPOINTS.items():
+        post = spec["paths"][path]["post"]
+        json_schema = lambda part: part["content"]["application/json"]["schema"]  # noqa: E731
+        assert json_schema(post["requestBody"]) == {"$ref": f"#/components/schemas/{request}"}, path
+        assert json_schema(post["responses"]["200"]) == {"$ref": f"#/components/schemas/{response}"}, path
+        for status in ("413", "422", "503"):
+            assert json_schema(post["responses"][status]) == {"$ref": "#/components/schemas/ErrorResponse"}
+        for name in (request, response):
+            assert all(field.get("description") for field in schemas[name]["properties"].values()), name
+    reward = schemas["RewardRequest"]
+    assert set(reward["properties"]) == {
+        "prompt",
+        "images",
+        "responses",
+        "reference",
+        "mode",
+        "tournament",
+        "id",
+        "model",
+    }
+    assert reward["required"] == ["prompt", "responses"] and reward["additionalProperties"] is False
+    assert reward["properties"]["responses"]["items"]["type"] == "string"
+    assert set(schemas["RewardResponse"]["properties"]) == {"rewards", "verdicts", "mode", "model", "timing"}
+    assert set(schemas["Verdict"]["properties"]) >= {"id", "choice", "probs", "votes", "raw"}
+    assert schemas["JudgeRequest"]["properties"]["items"]["items"] == {"$ref": "#/components/schemas/JudgeItem"}
+    assert set(schemas["GetRewardRequest"]["required"]) == {"query", "prompts"}
+    assert client.get("/docs").status_code == 200
 
 
 # -- auth -----------------------------------------------------------------------------------------------
@@ -346,9 +401,7 @@ def test_slow_judging_answers_504_and_the_server_recovers():
 def test_graceful_shutdown_finishes_in_flight_requests():
     backend = SlowRuleBackend(delay_s=1.0)
     app = create_app(Judge(backend, JudgeConfig(orders=2)), ServerConfig())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -370,8 +423,11 @@ def test_graceful_shutdown_finishes_in_flight_requests():
 def test_parrot_judge_end_to_end(parrot_loaded):
     from judge.backends.hf import TransformersBackend
 
-    judge = Judge(TransformersBackend(parrot_loaded), JudgeConfig(orders=2, max_new_tokens=48))
-    with serve(create_app(judge, ServerConfig())) as url, httpx.Client(base_url=url[:-3], timeout=120) as c:
+    backend = TransformersBackend(parrot_loaded)
+    with (
+        serving(backend, JudgeConfig(orders=2, max_new_tokens=48)) as url,
+        httpx.Client(base_url=url, timeout=120) as c,
+    ):
         body = {"prompt": "What colour?", "images": [data_url((28, 28))], "responses": ["It is red.", "It is blue."]}
         response = c.post("/v1/reward", json=body)
     assert response.status_code == 200, response.text
@@ -380,39 +436,11 @@ def test_parrot_judge_end_to_end(parrot_loaded):
     assert any("<answer>" in raw for raw in got["verdicts"][0]["raw"])
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_mrjudge_serve_subprocess_with_api_key(parrot_dir):
-    port = _free_port()
-    command = [sys.executable, "-m", "mrjudge.cli", "serve", "--model", str(parrot_dir), "--device", "cpu"]
-    command += ["--port", str(port), "--api-key", KEY, "--max-new-tokens", "32", "--log-level", "warning"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.stdout.read().decode()
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "mrjudge serve did not come up"
-            time.sleep(0.2)
+    flags = ["--model", str(parrot_dir), "--device", "cpu", "--api-key", KEY, "--max-new-tokens", "32"]
+    with mrjudge_serve(*flags) as base:
         body = {"query": ["Q: colour? A: red", "Q: colour? A: blue"], "prompts": ["Q: colour? A: "] * 2}
         assert httpx.post(f"{base}/get_reward", json=body, timeout=60).status_code == 401
         response = httpx.post(f"{base}/get_reward", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
         assert response.status_code == 200, response.text
         assert sum(response.json()["rewards"]) == pytest.approx(1.0)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            # uvicorn shuts down gracefully, then re-raises the signal it caught
-            assert process.wait(timeout=30) in (0, -signal.SIGTERM)
-        finally:
-            if process.poll() is None:
-                process.kill()

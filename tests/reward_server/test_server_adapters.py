@@ -12,19 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from adapter_revisions import AdapterStore
-from judge.judging import Judge, JudgeConfig
-from reward_server import ServerConfig, create_app
-from tests.reward_server.test_server import data_url
+from judge.judging import JudgeConfig
 from tests.support.adapters import lora_model, served_copy
-from tiny_world.servers.openai_server import serve
-
-ITEM = {
-    "id": "q1",
-    "question": "What colour is the image?",
-    "candidates": ["It is red.", "It is blue."],
-    "image": [data_url((84, 84))],
-}
+from tests.support.reward_server import ITEM, ask, serving
 
 
 class GatedBackend:
@@ -51,36 +41,22 @@ class GatedBackend:
 
 
 @pytest.fixture(scope="module")
-def store(tiny_vlm_dir, tmp_path_factory):
-    store = AdapterStore(tmp_path_factory.mktemp("adapters"))
-    for seed in (1, 2, 3):
-        store.save("judge", lora_model(tiny_vlm_dir, seed), step=seed)
-    return store
+def server(serve_store):
+    with serve_store(GatedBackend, max_adapters=2) as served:
+        yield served
 
 
-@pytest.fixture(scope="module")
-def server(store, tiny_vlm_dir):
-    backend = GatedBackend(served_copy(tiny_vlm_dir))
-    judge = Judge(backend, JudgeConfig(orders=1, max_new_tokens=10, batch_size=16))
-    app = create_app(judge, ServerConfig(adapter_store=str(store.root), max_adapters=2, max_wait_ms=5))
-    with serve(app) as url:
-        yield url.removesuffix("/v1"), backend
-
-
-def ask(url, model=None, timeout=60.0):
-    body = {"items": [ITEM], **({"model": model} if model else {})}
-    response = httpx.post(f"{url}/v1/judge", json=body, timeout=timeout)
-    assert response.status_code == 200, response.text
-    payload = response.json()
-    return payload["model"], payload["verdicts"][0]["raw"]
+def answer(url, model=None):
+    """The `model` that answered `ITEM` and the verdict's raw outputs."""
+    return ask(url, model)[:2]
 
 
 @pytest.fixture(scope="module")
 def expected(server, store):
     url, _ = server
-    answers = {"base": ask(url)[1]}
+    answers = {"base": answer(url)[1]}
     for revision in store.revisions("judge"):
-        model, raw = ask(url, revision.ref)
+        model, raw = answer(url, revision.ref)
         assert model == revision.ref
         answers[revision.id] = raw
     assert len({tuple(a) for a in answers.values()}) == 4, "every revision must answer differently"
@@ -91,12 +67,12 @@ def test_aliases_move_and_rollback_restores_byte_identical_answers(server, store
     url, _ = server
     first, second, _ = store.revisions("judge")
     store.promote(first.ref)
-    assert ask(url, "judge@prod") == (first.ref, expected[first.id])
+    assert answer(url, "judge@prod") == (first.ref, expected[first.id])
     store.promote(second.ref)  # hot: no restart, the next request resolves the new revision
-    assert ask(url, "judge@prod") == (second.ref, expected[second.id])
+    assert answer(url, "judge@prod") == (second.ref, expected[second.id])
     store.rollback("judge")
-    assert ask(url, "judge@prod") == (first.ref, expected[first.id])
-    assert ask(url) == ("base", expected["base"])
+    assert answer(url, "judge@prod") == (first.ref, expected[first.id])
+    assert answer(url) == ("base", expected["base"])
 
 
 def test_a_request_in_flight_finishes_on_the_revision_it_started_with(server, store, expected):
@@ -106,13 +82,13 @@ def test_a_request_in_flight_finishes_on_the_revision_it_started_with(server, st
     backend.entered.clear()
     backend.gate = threading.Event()
     with ThreadPoolExecutor(1) as pool:
-        in_flight = pool.submit(ask, url, "judge@prod")
+        in_flight = pool.submit(answer, url, "judge@prod")
         assert backend.entered.wait(timeout=30)  # it is inside the model now
         store.promote(second.ref)
         backend.gate.set()
         assert in_flight.result() == (first.ref, expected[first.id])
     backend.gate = None
-    assert ask(url, "judge@prod") == (second.ref, expected[second.id])
+    assert answer(url, "judge@prod") == (second.ref, expected[second.id])
 
 
 def test_concurrent_requests_during_hot_swaps_all_succeed_on_their_revision(server, store, expected):
@@ -131,7 +107,7 @@ def test_concurrent_requests_during_hot_swaps_all_succeed_on_their_revision(serv
     thread.start()
     try:
         with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda _: ask(url, "judge@prod"), range(24)))
+            answers = list(pool.map(lambda _: answer(url, "judge@prod"), range(24)))
     finally:
         stop.set()
         thread.join()
@@ -143,7 +119,7 @@ def test_concurrent_requests_during_hot_swaps_all_succeed_on_their_revision(serv
 def test_least_recently_used_adapters_are_unloaded_beyond_capacity(server, store, expected):
     url, _ = server
     for revision in store.revisions("judge") * 2:
-        assert ask(url, revision.ref) == (revision.ref, expected[revision.id])
+        assert answer(url, revision.ref) == (revision.ref, expected[revision.id])
     listing = httpx.get(f"{url}/v1/adapters", timeout=10).json()
     assert len(listing["resident"]) == 2 and listing["capacity"] == 2
     assert listing["evictions"] >= 4 and all(r["pins"] == 0 for r in listing["resident"])
@@ -166,13 +142,12 @@ def test_refusals_name_the_model_field(server, store, tiny_vlm_dir, tmp_path):
         error = response.json()["error"]
         assert (response.status_code, error["type"], error["field"]) == (status, kind, "model")
         assert words in error["message"]
-    assert ask(url, "judge@latest")[0].startswith("judge@")  # the server is fine afterwards
+    assert answer(url, "judge@latest")[0].startswith("judge@")  # the server is fine afterwards
 
 
 def test_a_server_without_a_store_refuses_model_names(tiny_vlm_dir):
-    judge = Judge(served_copy(tiny_vlm_dir), JudgeConfig(orders=1, max_new_tokens=4))
-    with serve(create_app(judge, ServerConfig())) as url:
-        response = httpx.post(f"{url.removesuffix('/v1')}/v1/judge", json={"items": [ITEM], "model": "judge@prod"})
+    with serving(served_copy(tiny_vlm_dir), JudgeConfig(orders=1, max_new_tokens=4)) as url:
+        response = httpx.post(f"{url}/v1/judge", json={"items": [ITEM], "model": "judge@prod"})
     assert response.status_code == 400 and "--adapter-store" in response.json()["error"]["message"]
 
 

@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -28,10 +27,9 @@ import httpx
 import pytest
 from PIL import Image
 
-from judge.judging import Judge, JudgeConfig
-from reward_server import ServerConfig, create_app
+from reward_server import ServerConfig
+from tests.support.reward_server import free_port, running, wait_healthy
 from tests.support.scripted_judge import SlowRuleBackend
-from tiny_world.servers.openai_server import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = dict(
@@ -48,19 +46,9 @@ LIMITS = dict(
 MAX_PIXELS = 1_003_520  # the judge's image size (1280 * 28 * 28): the server shrinks images to it as it decodes
 
 
-@contextmanager
-def running(backend=None, *, batch_size: int = 64, **config):
-    """A server around the rule judge on a free loopback port; yields (base URL, backend)."""
-    backend = backend or SlowRuleBackend()
-    judge_config = JudgeConfig(orders=2, batch_size=batch_size, max_pixels=MAX_PIXELS)
-    app = create_app(Judge(backend, judge_config), ServerConfig(**config))
-    with serve(app) as url:
-        yield url.removesuffix("/v1"), backend
-
-
 @pytest.fixture(scope="module")
 def hostile():
-    with running(**LIMITS) as (url, backend):
+    with running(max_pixels=MAX_PIXELS, **LIMITS) as (url, backend):
         yield url, backend
 
 
@@ -309,7 +297,7 @@ def _long_job(n: int = 12) -> bytes:
 
 def test_disconnected_clients_job_stops():
     backend = SlowRuleBackend(delay_s=0.2)
-    with running(backend, batch_size=2) as (url, _):
+    with running(backend, batch_size=2, max_pixels=MAX_PIXELS) as (url, _):
         parsed = urlparse(url)
         body = _long_job()  # 66 items: 33 backend calls, ~7 s of judging
         with socket.create_connection((parsed.hostname, parsed.port), timeout=10) as sock:
@@ -329,7 +317,7 @@ def test_disconnected_clients_job_stops():
 
 def test_timed_out_job_stops_and_health_degrades():
     backend = SlowRuleBackend(delay_s=0.2)
-    with running(backend, batch_size=2, request_timeout_s=0.5) as (url, _):
+    with running(backend, batch_size=2, max_pixels=MAX_PIXELS, request_timeout_s=0.5) as (url, _):
         response = httpx.post(f"{url}/v1/reward", content=_long_job(), timeout=30)
         assert response.status_code == 504 and "cancelled" in response.json()["error"]["message"]
         time.sleep(0.5)
@@ -355,32 +343,13 @@ def test_timed_out_job_stops_and_health_degrades():
 # -- shutdown and start-up ---------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_up(process: subprocess.Popen, base: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, process.stderr.read().decode()
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the server did not come up"
-        time.sleep(0.1)
-
-
 def test_sigterm_with_a_long_job_exits_within_the_grace_period():
-    port, grace = _free_port(), 3.0
+    port, grace = free_port(), 3.0
     command = [sys.executable, "-m", "tests.support.slow_server", str(port), "--grace", str(grace), "--delay", "0.5"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_up(process, base)
+        wait_healthy(process, base, timeout_s=60)
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             body = _long_job(40)  # 780 items: 390 backend calls of 0.5 s, over 3 minutes of judging
             head = f"POST /v1/reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"

@@ -140,7 +140,7 @@ def test_rerun_resumes_every_stage(demo, capsys):
 def test_changed_budget_reruns_only_the_stages_it_affects(demo, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(demo[0], out)  # a copy, so the other tests see the demo as it was
-    args = ["demo", "--out", str(out), "--quick", "bon_n=2", "policy_samples=1"]
+    args = ["demo", "--out", str(out), "--quick", "--bon-n", "2", "policy_samples=1"]  # a flag, and key=value
     assert main(args) == 0
     assert {n for n, s in _statuses(out).items() if s == "ran"} == {"best_of_n", "policy"}
     assert _summary(out)["headline"]["best_of_n"]["n"] == 2
@@ -163,7 +163,7 @@ def test_a_stage_hash_covers_everything_upstream():
         return out
 
     base = load_demo_config(quick=True)
-    old, new = hashes(base), hashes(replace(base, sft_steps=base.sft_steps + 1))
+    old, new = hashes(base), hashes(replace(base, sft_max_steps=base.sft_max_steps + 1))
     changed = [name for name in STAGE_NAMES if old[name] != new[name]]
     assert changed == ["sft", "grpo", "evaluate", "best_of_n", "policy"]
     warm = hashes(replace(base, vision_warmup_steps=base.vision_warmup_steps + 1))
@@ -176,20 +176,23 @@ def test_config_precedence_and_errors(tmp_path):
 
     assert load_demo_config(ROOT / "configs" / "demo.yaml") == DemoConfig()
     assert ROOT.joinpath("configs", "demo.yaml").read_text().startswith("#")
-    quick = load_demo_config(overrides={"sft_steps": 7}, quick=True)
-    assert quick.sft_steps == 7 and quick.world_n == QUICK["world_n"] and quick.quick
+    quick = load_demo_config(overrides={"sft_max_steps": 7}, quick=True)
+    assert quick.sft_max_steps == 7 and quick.world_n == QUICK["world_n"] and quick.quick
     path = tmp_path / "demo.yaml"
     path.write_text("quick: true\nbon_n: 3\n")
     from_yaml = load_demo_config(path)
-    assert from_yaml.bon_n == 3 and from_yaml.sft_steps == QUICK["sft_steps"]
+    assert from_yaml.bon_n == 3 and from_yaml.sft_max_steps == QUICK["sft_max_steps"]
     with pytest.raises(ConfigError, match="unknown DemoConfig field"):
         load_demo_config(overrides={"sft_step": 3})
     with pytest.raises(ConfigError, match="multiple of"):
-        load_demo_config(overrides={"batch_size": 6})
+        load_demo_config(overrides={"per_device_train_batch_size": 6})
     with pytest.raises(ConfigError, match="kinds"):
         load_demo_config(overrides={"kinds": ["colour"]})
 
 
 def test_bad_override_is_a_usage_error(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path), "--quick", "sft_steps"]) == 2
+    assert main(["demo", "--out", str(tmp_path), "--quick", "sft_max_steps"]) == 2
     assert "key=value" in capsys.readouterr().err
+    assert main(["demo", "--out", str(tmp_path), "--quick", "--sft-max-steps", "0"]) == 2  # refused before any stage
+    assert "sft_max_steps (0) must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "world").exists()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import fields
 
 import pytest
 
 from tiny_world.heldout import heldout_pairs
 from tiny_world.recipe import (
     COMPACT_PROMPT,
+    RENAMED,
     TinyJudgeRecipe,
     distill_judge_data,
     grpo_config,
@@ -60,12 +62,12 @@ def test_heldout_pairs_come_from_validation_only(data):
 
 
 def test_trainer_settings_are_the_measured_recipe(tmp_path):
-    sft = sft_config("m", "t.jsonl", tmp_path, steps=1000)
+    sft = sft_config("m", "t.jsonl", tmp_path, max_steps=1000)
     assert sft.learning_rate == 3e-3 and sft.lr_scheduler_type == "warmup_stable_decay"
     assert sft.lr_scheduler_kwargs == {"num_decay_steps": 300} and sft.warmup_steps == 30
     assert sft.per_device_train_batch_size == 16 and not sft.gradient_checkpointing and sft.use_cpu
-    assert sft_config("m", "t.jsonl", tmp_path, steps=10, logging_steps=1).logging_steps == 1  # overrides win
-    grpo = grpo_config("m", "t.jsonl", tmp_path, steps=20)
+    assert sft_config("m", "t.jsonl", tmp_path, max_steps=10, logging_steps=1).logging_steps == 1  # overrides win
+    grpo = grpo_config("m", "t.jsonl", tmp_path, max_steps=20)
     assert grpo.beta == 0.0 and grpo.temperature == 1.0 and grpo.num_generations == 4
     assert grpo.prompt_config().instruction == COMPACT_PROMPT.instruction and grpo.prompt_config().criteria is None
 
@@ -86,6 +88,20 @@ def test_the_recipe_is_the_learning_benchmarks(tmp_path):
     grpo = recipe.grpo_config("m", "t.jsonl", tmp_path, logging_steps=1)
     assert grpo.max_steps == 20 and grpo.max_completion_length == 192 and grpo.freeze_vision and grpo.logging_steps == 1
     assert DemoConfig().recipe() == recipe  # the demo's defaults are the recipe's
+
+
+def test_each_setting_has_trls_name_from_the_yaml_to_the_trainer(tmp_path):
+    """A recipe field a trainer reads is named as TRL names it (after `sft_` or `grpo_` where both have one)."""
+    recipe = TinyJudgeRecipe(
+        sft_max_steps=7, sft_learning_rate=0.01, per_device_train_batch_size=6, num_generations=3, grpo_max_steps=2
+    )
+    sft, grpo = recipe.sft_config("m", "t", tmp_path), recipe.grpo_config("m", "t", tmp_path)
+    assert (sft.max_steps, sft.learning_rate, sft.per_device_train_batch_size) == (7, 0.01, 6)
+    assert (grpo.max_steps, grpo.num_generations, grpo.per_device_train_batch_size) == (2, 3, 6)
+    for old, new in RENAMED.items():
+        assert new in {f.name for f in fields(TinyJudgeRecipe)} and old not in {f.name for f in fields(TinyJudgeRecipe)}
+    with pytest.raises(ValueError, match=r"per_device_train_batch_size \(6\) must be a multiple of num_generations"):
+        TinyJudgeRecipe(per_device_train_batch_size=6, num_generations=4)
 
 
 def test_warm_up_of_zero_steps_keeps_the_model(tmp_path):

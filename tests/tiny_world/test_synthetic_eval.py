@@ -94,6 +94,9 @@ class _LongestWins:
     def __init__(self) -> None:
         self.shown: list[MCItem] = []
 
+    def fit_images(self, refs):  # a real judge resizes them once per request; these games have none
+        return list(refs)
+
     def select(self, items):
         self.shown += items
         return [

@@ -15,7 +15,7 @@ from judge.backends.hf import TransformersBackend
 from judge.backends.openai_http import OpenAIBackend
 from judge.models import LoadedModel, load_model
 from tests.support.adapters import lora_model
-from tests.training.test_training import _sft
+from tests.support.training import sft_config
 from tiny_world.servers.openai_server import make_app, serve
 from training.common import load_config
 from training.handoff import AdapterHandoff
@@ -41,9 +41,10 @@ def _served_answers(url, name):
     return [g.text for g in backend.generate([ChatRequest.user(p) for p in PROMPTS], GREEDY)]
 
 
+@pytest.mark.slow  # 43 s under load (7 agents on 2 cores)
 def test_lora_sft_exports_a_revision_per_save_with_its_lineage(tiny_vlm_dir, synth_data, tmp_path):
     store = AdapterStore(tmp_path / "store")
-    config = _sft(tiny_vlm_dir, synth_data, tmp_path / "run", "max_steps=4", "save_steps=2", "use_lora=true",
+    config = sft_config(tiny_vlm_dir, synth_data, tmp_path / "run", "max_steps=4", "save_steps=2", "use_lora=true",
                   "lora_r=4", f"adapter_store={store.root}", "adapter_policy=judge")  # fmt: skip
     run_sft(config)
     revisions = store.revisions("judge")
@@ -54,7 +55,7 @@ def test_lora_sft_exports_a_revision_per_save_with_its_lineage(tiny_vlm_dir, syn
     final = (tmp_path / "run" / "adapter_model.safetensors").read_bytes()
     assert (revisions[1].path / "adapter_model.safetensors").read_bytes() == final  # the run's own final adapter
     with pytest.raises(ValueError, match="set use_lora=true"):
-        run_sft(_sft(tiny_vlm_dir, synth_data, tmp_path / "full", "max_steps=1", f"adapter_store={store.root}"))
+        run_sft(sft_config(tiny_vlm_dir, synth_data, tmp_path / "full", "max_steps=1", f"adapter_store={store.root}"))
 
 
 def test_handoff_moves_only_the_adapter_and_the_server_answers_with_the_new_weights(tiny_lm_dir, tmp_path):
@@ -113,6 +114,6 @@ def test_openai_backend_loads_and_answers_through_runtime_adapters(tiny_lm_dir, 
 
 def test_policy_config_checks_what_the_handoff_needs(tiny_lm_dir, tmp_path):
     common = [f"model_name_or_path={tiny_lm_dir}", "train_file=x.jsonl", f"output_dir={tmp_path}",
-              "judge_model=x", "use_cpu=true", "bf16=false", "num_generations=2", "per_device_train_batch_size=2"]  # fmt: skip
+              "reward.model=x", "use_cpu=true", "bf16=false", "num_generations=2", "per_device_train_batch_size=2"]  # fmt: skip
     with pytest.raises(ValueError, match="set use_lora=true, use_vllm=true and vllm_mode=server"):
         load_config(JudgePolicyGRPOConfig, None, [*common, "adapter_handoff=true", "use_lora=true"])

@@ -64,7 +64,7 @@ def test_judge_grpo_and_policy_grpo_take_it_too(tiny_vlm_dir, synth_data, tmp_pa
         JudgePolicyGRPOConfig,
         None,
         [f"model_name_or_path={tiny_vlm_dir}", f"train_file={world}", f"output_dir={tmp_path}",
-         "judge_server_url=http://judge:8000", "per_device_train_batch_size=4", "num_generations=4",
+         "reward.url=http://judge:8000", "per_device_train_batch_size=4", "num_generations=4",
          "max_completion_length=8", "use_vllm=false", f"max_pixels={CAP}", *CPU],
     )  # fmt: skip
     trainer = build_policy_trainer(policy)

@@ -11,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # the whole recipe in a subprocess, on tiny budgets
 def test_learning_benchmark_prints_its_figures_and_saves_the_curves(tmp_path):
     out = tmp_path / "lc"
     budgets = "--world-n 60 --val-fraction 0.25 --heldout-n 8 --vision-warmup-steps 2 --sft-steps 4 --grpo-steps 2"

@@ -6,13 +6,9 @@ starts from; `mrjudge adapters merge` turns it into the full model folder the me
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +16,8 @@ import pytest
 import torch
 from mrjudge.cli import main
 from safetensors.torch import load_file
+
+from tests.support.reward_server import mrjudge_serve
 
 CPU = ["use_cpu=true", "bf16=false", "report_to=none", "logging_steps=1", "disable_tqdm=true", "seed=0"]
 JUDGE = ["--device", "cpu", "--max-new-tokens", "12", "--orders", "1", "--batch-size", "4"]
@@ -169,46 +167,16 @@ def test_eval_from_the_merged_folder(merged, tmp_path):
     assert len((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()) == 4
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
+@pytest.mark.slow  # `mrjudge serve` in a subprocess: 80 s under load (7 agents on 2 cores)
 def test_serve_from_the_merged_folder_matches_the_cli_judge(merged, items, adapter_verdicts):
-    port = _free_port()
-    command = [sys.executable, "-m", "mrjudge.cli", "serve", "--model", str(merged), "--port", str(port),
-               "--log-level", "warning", *JUDGE]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
     row = json.loads(items.read_text().splitlines()[0])
-    row["image"] = str(items.parent / row["image"])
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.stdout.read().decode()
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "mrjudge serve did not come up"
-            time.sleep(0.2)
-        with open(row.pop("image"), "rb") as image:
-            import base64
-
-            row["image"] = "data:image/png;base64," + base64.b64encode(image.read()).decode()
+    with open(items.parent / row.pop("image"), "rb") as image:
+        row["image"] = "data:image/png;base64," + base64.b64encode(image.read()).decode()
+    with mrjudge_serve("--model", str(merged), *JUDGE) as base:
         response = httpx.post(f"{base}/v1/judge", json={"items": [row]}, timeout=120)
-        assert response.status_code == 200, response.text
-        (verdict,) = response.json()["verdicts"]
-        assert (verdict["choice"], verdict["raw"]) == (adapter_verdicts[0]["choice"], adapter_verdicts[0]["raw"])
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            assert process.wait(timeout=30) in (0, -signal.SIGTERM)
-        finally:
-            if process.poll() is None:
-                process.kill()
+    assert response.status_code == 200, response.text
+    (verdict,) = response.json()["verdicts"]
+    assert (verdict["choice"], verdict["raw"]) == (adapter_verdicts[0]["choice"], adapter_verdicts[0]["raw"])
 
 
 # -- training from either --------------------------------------------------------------------------------------
@@ -229,6 +197,7 @@ def test_judge_grpo_from_the_merged_folder(merged, tiny_vlm_dir, synth_data, tmp
     assert any(not torch.equal(start[k], base[k]) for k in base)
 
 
+@pytest.mark.slow  # 40 s under load (7 agents on 2 cores)
 def test_judge_grpo_continues_the_sft_adapter(sft_adapter, tiny_vlm_dir, synth_data, items, tmp_path):
     from training.common import load_config
     from training.grpo import JudgeGRPOConfig, build_grpo_trainer
@@ -274,8 +243,8 @@ def test_policy_grpo_continues_the_adapter_with_the_adapter_as_judge(sft_adapter
 
     world = write_world(8, 0, tmp_path / "world", size=56) / "records.jsonl"
     out = tmp_path / "policy"
-    args = ["train", "policy", f"model_name_or_path={sft_adapter}", "use_lora=true", f"judge_model={sft_adapter}",
-            "judge_max_new_tokens=8", f"train_file={world}", f"output_dir={out}", "max_steps=1",
+    args = ["train", "policy", f"model_name_or_path={sft_adapter}", "use_lora=true", f"reward.model={sft_adapter}",
+            "reward.judge.max_new_tokens=8", f"train_file={world}", f"output_dir={out}", "max_steps=1",
             "per_device_train_batch_size=4", "num_generations=4", "max_completion_length=8", "learning_rate=0.02",
             "use_vllm=false", "save_strategy=no", *CPU]  # fmt: skip
     assert main(args) == 0

@@ -18,6 +18,8 @@ from training.multi_policy import MultiPolicyConfig, MultiPolicyTrainer, load_mu
 from training.multi_policy.rewards import reference_f1
 from training.multi_policy.rollout import RolloutRequest, generate_mixed
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/training/conftest.py
+
 
 def length_reward(completions, **kwargs):
     """Longer completions earn more: random tiny-model samples differ in length, so groups have spread."""
@@ -26,15 +28,6 @@ def length_reward(completions, **kwargs):
 
 def nan_reward(completions, **kwargs):
     return [math.nan for _ in completions]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: the tiny model's matrices are far too small to share, and the CI box is busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +289,30 @@ def test_config_errors_name_the_field(tmp_path):
     path.write_text("model_name_or_path: m\npolicies: []\n")
     with pytest.raises(ValueError, match="policies is required"):
         load_multi_policy_config(path)
+    with pytest.raises(ValueError, match="num_generations must be >= 2"):  # TRL's rule
+        MultiPolicyConfig(model_name_or_path="m", policies=[{"name": "a", "train_file": "f", "num_generations": 1}])
+
+
+def test_policy_grpo_fields_are_grpo_configs():
+    """PolicySpec's GRPO and optimiser fields are GRPOConfig's own: TRL's type and help, and TRL's default
+    except the four sized for a small LoRA policy; the values read as TRL reads them."""
+    import typing
+
+    from trl import GRPOConfig
+
+    from training.multi_policy.config import GRPO_FIELDS, PolicySpec
+
+    trl, types = {f.name: f for f in dataclasses.fields(GRPOConfig)}, typing.get_type_hints(GRPOConfig)
+    ours = {f.name: f for f in dataclasses.fields(PolicySpec)}
+    changed = {}
+    for name in GRPO_FIELDS:
+        assert ours[name].type == types[name], name  # not Field.type: HfArgumentParser rewrites it in place
+        assert ours[name].metadata["help"].startswith(trl[name].metadata["help"]), name
+        if ours[name].default != trl[name].default:
+            changed[name] = ours[name].default
+    assert changed == {"seed": 0, "num_generations": 4, "max_completion_length": 32, "learning_rate": 1e-4}
+    spec = PolicySpec(name="a", train_file="f", scale_rewards=False, warmup_steps=0.25)
+    assert spec.scale_rewards == "none" and spec.warmup_steps_for(10) == 3  # a warm-up below 1 is a fraction
 
 
 def test_reference_f1():
@@ -305,10 +322,10 @@ def test_reference_f1():
 
 def test_a_judge_rewarded_policy_beside_a_local_one(tiny_lm_dir, tmp_path, prompts):
     """`reward: judge` scores through a reward server over loopback HTTP (the stand-in rule judge)."""
-    from tests.judge.test_policy_reward import _fresh_state, make_reward_app
+    from tests.support.reward_app import fresh_state, make_reward_app
     from tiny_world.servers.openai_server import serve
 
-    state = _fresh_state()
+    state = fresh_state()
     with serve(make_reward_app(state)) as url:
         policies = [
             {"name": "judged", "train_file": prompts["colours"], "seed": 1, "reward": "judge",

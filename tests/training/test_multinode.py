@@ -77,6 +77,7 @@ def _run_all(commands: list[list[str]], timeout: float = 300) -> None:
     assert not failed, "\n\n".join(f"exit {rc}: {' '.join(c)}\n{o}" for c, rc, o in failed)
 
 
+@pytest.mark.slow  # two accelerate processes each: 53 and 58 s under load (7 agents on 2 cores)
 @pytest.mark.parametrize("layout", ["one_machine", "two_machines"])
 def test_two_process_sft_ends_with_identical_weights(layout, tiny_vlm_dir, synth_data, tmp_path):
     from transformers import AutoModelForImageTextToText

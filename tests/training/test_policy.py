@@ -12,12 +12,19 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 from mrjudge.cli import main
 from transformers import TrainerCallback
 
-from judge.policy_reward import AsyncJudgeRewardFunction, JudgeRewardFunction
+from judge.policy_reward import (
+    AsyncHttpJudgeReward,
+    GroupedJudgeReward,
+    HttpRewardSpec,
+    InProcessJudgeReward,
+    RetryPolicy,
+)
 from judge.types import DataError
-from tests.judge.test_policy_reward import _fresh_state, make_reward_app
+from tests.support.reward_app import fresh_state, make_reward_app
 from tiny_world.servers.openai_server import serve
 from training.common import load_config
 from training.policy import JudgePolicyGRPOConfig, build_policy_trainer, load_prompt_dataset
@@ -91,10 +98,12 @@ def _config(*overrides: str) -> JudgePolicyGRPOConfig:
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ([], "set exactly one of judge_server_url"),  # no judge at all
-        (["judge_model=j", "judge_server_url=http://j"], "set exactly one"),  # two judges
-        (["judge_model=j", "judge_mode=best"], "judge_mode must be one of"),
-        (["judge_model=j", "judge_mode=pairwise", "judge_reference_column=null"], "set judge_reference_column"),
+        ([], r"set reward=\{transport: http, url: http://…\}"),  # no judge at all
+        (["reward={url: http://j, model: j}"], "reward.transport must be one of"),  # two judges
+        (["reward.model=j", "reward.mode=best"], "mode must be one of"),
+        (["reward.model=j", "reward.mode=pairwise", "reward.reference_column=null"], "set reference_column"),
+        (["reward={transport: http, url: http://j, judge: {orders: 2}}"], r"key\(s\) \['judge'\]"),  # not a server's
+        (["reward=http://j"], r"set reward=\{transport: http.*got 'http://j'"),  # a url, not a mapping
     ],
 )
 def test_config_refuses_what_cannot_work(overrides, match):
@@ -109,22 +118,47 @@ def two_processes(monkeypatch):
 
 
 def test_groups_split_across_processes_are_refused_unless_pairwise(two_processes):
-    split = ["judge_model=j", "per_device_train_batch_size=6", "num_generations=4"]  # 12 in all, 6 per process
+    split = ["reward.model=j", "per_device_train_batch_size=6", "num_generations=4"]  # 12 in all, 6 per process
     with pytest.raises(ValueError, match=r"\(6 × 1 = 6\) must be a multiple of num_generations \(4\)"):
         _config(*split)
-    assert _config(*split, "judge_mode=pairwise").judge_mode == "pairwise"  # each completion judged on its own
+    assert _config(*split, "reward.mode=pairwise").reward_spec.mode == "pairwise"  # each completion on its own
 
 
 def test_config_builds_the_reward_function(monkeypatch):
-    config = _config("judge_model=j", "judge_mode=pairwise", "judge_orders=4", "judge_max_new_tokens=64")
+    config = _config("reward.model=j", "reward.mode=pairwise", "reward.judge={orders: 4, max_new_tokens: 64}")
     reward = config.reward_function()
-    assert type(reward) is JudgeRewardFunction and reward.mode == "pairwise" and reward.reference_column == "answer"
+    assert type(reward) is InProcessJudgeReward and reward.mode == "pairwise" and reward.reference_column == "answer"
     assert reward.judge_config.orders == 4 and reward.judge_config.max_new_tokens == 64
     assert reward.backend == "hf" and reward.backend_kwargs == {"device": "cpu"}
     monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", "k")
-    remote = _config("judge_server_url=http://judge:8000").reward_function()
-    assert isinstance(remote, AsyncJudgeRewardFunction) and remote.api_key == "k"
+    remote = _config("reward.url=http://judge:8000", "reward.retry.max_retries=5").reward_function()
+    assert isinstance(remote, AsyncHttpJudgeReward) and remote.api_key == "k" and remote.retry.max_retries == 5
     assert remote.endpoint == "http://judge:8000/v1/reward"
+
+
+def test_dotted_overrides_go_into_the_recipes_reward():
+    config = load_config(JudgePolicyGRPOConfig, CONFIGS / "policy_grpo_tiny.yaml", ["reward.judge.orders=1", *CPU])
+    assert config.reward_spec.judge == {"orders": 1, "max_new_tokens": 96}  # the YAML's other key kept
+    assert config.reward == config.reward_spec.to_dict()  # every key's final value, as the run folder saves it
+
+
+def test_the_old_flat_judge_keys_still_work_with_a_warning():
+    old = [
+        "judge_server_url=http://judge:8000",
+        "judge_max_new_tokens=1024",
+        "judge_timeout_s=300",
+        "judge_mode=pairwise",
+    ]
+    with pytest.warns(FutureWarning, match=r"judge_server_url → reward.url, .*\(ignored with transport http: judge"):
+        config = _config(*old)  # an in-process budget beside a server's url was ignored before, and still is
+    assert config.reward_spec == HttpRewardSpec(
+        url="http://judge:8000", mode="pairwise", retry=RetryPolicy(timeout_s=300)
+    )
+    # The tiny recipe's in-process judge swapped for a server, as its header used to say.
+    switch = ["judge_model=null", "judge_server_url=http://judge:8000", "judge_backoff_s=0.5", *CPU]
+    with pytest.warns(FutureWarning, match="judge_model → reward.model"):
+        config = load_config(JudgePolicyGRPOConfig, CONFIGS / "policy_grpo_tiny.yaml", switch)
+    assert config.reward_spec.url == "http://judge:8000" and config.reward_spec.retry.backoff_s == 0.5
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
@@ -135,9 +169,9 @@ def test_recipe_builds_its_trainer(path, tiny_vlm_dir, world, tmp_path):
         overrides.append(f"eval_file={world}")
     trainer = build_policy_trainer(load_config(JudgePolicyGRPOConfig, path, overrides))
     [reward] = trainer.reward_funcs
-    assert isinstance(reward, JudgeRewardFunction) and reward.mode == "listwise"
+    assert isinstance(reward, GroupedJudgeReward) and reward.mode == "listwise"
     assert {"prompt", "images", "answer"} <= set(trainer.train_dataset.column_names)
-    assert ("7b" in path.name) == isinstance(reward, AsyncJudgeRewardFunction)  # the 7B recipe uses a server
+    assert ("7b" in path.name) == isinstance(reward, AsyncHttpJudgeReward)  # the 7B recipe uses a server
 
 
 def test_recipes_exist():
@@ -147,16 +181,18 @@ def test_recipes_exist():
 def test_help_fields_lists_the_judge_fields(capsys):
     assert main(["train", "policy", "--help-fields"]) == 0
     out = capsys.readouterr().out
-    assert "judge_server_url:" in out and "judge_mode:" in out and "Policy to train" in out
+    assert "reward: The judge reward, nested: {transport: http, url:" in out and "Policy to train" in out
+    assert "in_process keys: mode, tournament, reference_column, max_options, retry, model," in out
 
 
 # -- GRPO steps -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 37 s under load (7 agents on 2 cores)
 def test_two_steps_with_the_judge_in_process_from_the_cli(tiny_vlm_dir, world, tmp_path, capsys):
     out = tmp_path / "policy"
     args = ["train", "policy", "--config", str(CONFIGS / "policy_grpo_tiny.yaml"), f"model_name_or_path={tiny_vlm_dir}",
-            f"judge_model={tiny_vlm_dir}", "judge_max_new_tokens=8", f"train_file={world}", f"output_dir={out}",
+            f"reward.model={tiny_vlm_dir}", "reward.judge.max_new_tokens=8", f"train_file={world}", f"output_dir={out}",
             "max_steps=2", "save_steps=2", *SMALL, *CPU]  # fmt: skip
     assert main(args) == 0
     assert "trained 2 steps" in capsys.readouterr().out
@@ -168,12 +204,14 @@ def test_two_steps_with_the_judge_in_process_from_the_cli(tiny_vlm_dir, world, t
     rows = [row for row in logs if "judge/unscored_frac" in row]
     assert rows and all(row["judge/unscored_frac"] == 1.0 and row["judge/failed_frac"] == 0.0 for row in rows)
     assert all(row["judge/latency_s"] > 0 for row in rows)
-    assert (out / "model.safetensors").exists() and "judge_model" in (out / "mrjudge_config.yaml").read_text()
+    assert (out / "model.safetensors").exists()
+    saved = yaml.safe_load((out / "mrjudge_config.yaml").read_text())["reward"]
+    assert saved["transport"] == "in_process" and saved["model"] == str(tiny_vlm_dir) and saved["judge"]["orders"] == 2
 
 
 @pytest.mark.parametrize("policy", ["vlm", "lm"])
 def test_two_steps_against_a_reward_server_that_fails_once(policy, tiny_vlm_dir, tiny_lm_dir, world, tmp_path):
-    state = _fresh_state()
+    state = fresh_state()
     state["fail_first"] = 1  # the first request of the run is answered 503: retried, then judged
     model = tiny_vlm_dir if policy == "vlm" else tiny_lm_dir
     with serve(make_reward_app(state)) as url:
@@ -181,7 +219,7 @@ def test_two_steps_against_a_reward_server_that_fails_once(policy, tiny_vlm_dir,
             JudgePolicyGRPOConfig,
             CONFIGS / "policy_grpo_qwen2_5_vl_7b.yaml",
             [f"model_name_or_path={model}", f"train_file={world}", f"eval_file={world}", f"output_dir={tmp_path}",
-             f"judge_server_url={url}", "judge_backoff_s=0.01", "max_steps=2", "save_strategy=no",
+             f"reward.url={url}", "reward.retry.backoff_s=0.01", "max_steps=2", "save_strategy=no",
              "gradient_accumulation_steps=1", "eval_strategy=no", "freeze_vision=false", *SMALL, *CPU],
         )  # fmt: skip
         logs = Logs()

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from tests.training.test_replay import SavedBytes
+from tests.support.replay import SavedBytes
 from training.replay.attention import IMPLEMENTATION, grouped_attention, grouped_sdpa_forward
 
 

@@ -10,13 +10,17 @@ import pytest
 import torch
 from torch import nn
 
-from tests.training.test_replay import (
+from tests.support.replay import (
+    COS_MIN,
+    REL_MAX,
     SavedBytes,
     assert_exact,
     compare,
     grpo_terms,
     hybrid_model,
+    run_two_ddp_processes,
     text_batch,
+    trainer,
     vlm_batch,
 )
 from training.replay import (
@@ -31,28 +35,7 @@ from training.replay.chunked import chunk_bounds, chunked_prompt_state
 from training.replay.model import _resolve
 from training.replay.state import _prompt_inputs, _prompt_state
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def lm64(tiny_lm_dir):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64).train()
-
-
-@pytest.fixture(scope="module")
-def lm_batch(lm64):
-    # Prompts of 40 and 31 tokens, left-padded (39 and 30 tokens of state), uneven and empty completions, and a
-    # third prompt with a single completion (the plain path).
-    rows = [(0, 12), (1, 5), (0, 9), (1, 0), (2, 7), (0, 3), (1, 11)]
-    return text_batch([40, 31, 20], rows, vocab=lm64.config.vocab_size, width=12, seed=0)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_chunk_bounds_cover_the_prompt_and_never_split_an_image():
@@ -235,7 +218,6 @@ def test_trainer_with_prompt_chunks_equals_trl_compute_loss(tiny_vlm_dir, tmp_pa
     """The config field reaches both replay calls: TRL's stored log-probs and its loss's gradient are unchanged."""
     from trl import GRPOTrainer
 
-    from tests.training.test_replay import COS_MIN, REL_MAX, trainer
     from training.replay import chunked as replay_chunked
 
     chunk_counts: list[int] = []
@@ -280,7 +262,7 @@ def test_replay_prompt_chunk_must_not_be_negative():
     from training.common import load_config
     from training.policy import JudgePolicyGRPOConfig
 
-    base = ["model_name_or_path=m", "train_file=t", "output_dir=o", "use_cpu=true", "bf16=false", "judge_model=j",
+    base = ["model_name_or_path=m", "train_file=t", "output_dir=o", "use_cpu=true", "bf16=false", "reward.model=j",
             "replay_shared_prompt=true"]  # fmt: skip
     with pytest.raises(ValueError, match="replay_prompt_chunk must be >= 0"):
         load_config(JudgePolicyGRPOConfig, None, [*base, "replay_prompt_chunk=-4"])
@@ -290,6 +272,4 @@ def test_replay_prompt_chunk_must_not_be_negative():
 @pytest.mark.slow
 def test_two_ddp_processes_with_prompt_chunks(tiny_lm_dir, tmp_path):
     """DDP + gradient accumulation 2 with chunked prompts: the same audit as the unchunked DDP test."""
-    from tests.training.test_replay import test_two_ddp_processes_average_replayed_gradients
-
-    test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path, prompt_chunk=8)
+    run_two_ddp_processes(tiny_lm_dir, tmp_path, prompt_chunk=8)

@@ -10,20 +10,10 @@ from mrjudge.cli import main
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
+from tests.support.training import CPU, sft_config
 from training.common import load_config
 from training.grpo import JudgeGRPOConfig, run_grpo
-from training.sft import JudgeSFTConfig, run_sft
-
-CPU = ["use_cpu=true", "bf16=false", "report_to=none", "logging_steps=1", "disable_tqdm=true", "seed=0"]
-
-
-def _sft(tiny_vlm_dir, synth_data, out, *extra):
-    return load_config(
-        JudgeSFTConfig,
-        None,
-        [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'sft' / 'train.jsonl'}", f"output_dir={out}",
-         "per_device_train_batch_size=4", "learning_rate=0.001", "max_length=null", *CPU, *extra],
-    )  # fmt: skip
+from training.sft import run_sft
 
 
 def test_sft_cli_trains_and_writes_its_config(tiny_vlm_dir, synth_data, tmp_path, capsys):
@@ -40,7 +30,7 @@ def test_sft_cli_trains_and_writes_its_config(tiny_vlm_dir, synth_data, tmp_path
 
 def test_frozen_vision_with_full_fine_tuning(tiny_vlm_dir, synth_data, tmp_path):
     before = load_file(str(tiny_vlm_dir / "model.safetensors"))
-    run_sft(_sft(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "freeze_vision=true"))
+    run_sft(sft_config(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "freeze_vision=true"))
     after = load_file(str(tmp_path / "model.safetensors"))
     vision = [k for k in before if "visual" in k]
     text = [k for k in before if k.endswith("layers.0.self_attn.q_proj.weight") and "visual" not in k]
@@ -52,7 +42,9 @@ def test_frozen_vision_with_full_fine_tuning(tiny_vlm_dir, synth_data, tmp_path)
 def test_vision_learning_rate_is_its_own_optimizer_group(tiny_vlm_dir, synth_data, tmp_path):
     from training.sft import build_sft_trainer
 
-    config = _sft(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "vision_learning_rate=0.0")
+    config = sft_config(
+        tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "vision_learning_rate=0.0"
+    )
     trainer = build_sft_trainer(config)
     optimizer = trainer.create_optimizer()
     names = {id(p): n for n, p in trainer.model.named_parameters()}
@@ -87,7 +79,9 @@ def test_grpo_takes_the_vision_learning_rate_too(tiny_vlm_dir, synth_data, tmp_p
 
 
 def test_lora_trains_only_language_adapters(tiny_vlm_dir, synth_data, tmp_path):
-    run_sft(_sft(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "use_lora=true", "lora_r=4"))
+    run_sft(
+        sft_config(tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "save_strategy=no", "use_lora=true", "lora_r=4")
+    )
     adapter = load_file(str(tmp_path / "adapter_model.safetensors"))
     assert adapter and all("lora_" in k for k in adapter)
     assert not any("visual" in k for k in adapter), "the vision tower's projections share names; they get no adapter"
@@ -112,15 +106,15 @@ def _losses(folder):
 def test_sft_resumes_from_its_last_checkpoint(tiny_vlm_dir, synth_data, tmp_path):
     settings = ("max_steps=6", "save_steps=3", "save_strategy=steps")
     whole = tmp_path / "whole"
-    run_sft(_sft(tiny_vlm_dir, synth_data, whole, *settings))
+    run_sft(sft_config(tiny_vlm_dir, synth_data, whole, *settings))
 
     crashed = tmp_path / "crashed"
     with pytest.raises(KeyboardInterrupt):
-        run_sft(_sft(tiny_vlm_dir, synth_data, crashed, *settings), callbacks=[CrashAt(3)])
+        run_sft(sft_config(tiny_vlm_dir, synth_data, crashed, *settings), callbacks=[CrashAt(3)])
     assert (crashed / "checkpoint-3" / "optimizer.pt").exists() and (
         crashed / "checkpoint-3" / "rng_state.pth"
     ).exists()
-    result = run_sft(_sft(tiny_vlm_dir, synth_data, crashed, *settings, "resume=true"))
+    result = run_sft(sft_config(tiny_vlm_dir, synth_data, crashed, *settings, "resume=true"))
     assert result.global_step == 6
     assert _losses(crashed / "checkpoint-6") == pytest.approx(_losses(whole / "checkpoint-6"), rel=1e-4)
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(crashed / "model.safetensors"))
@@ -164,9 +158,9 @@ def test_full_logits_loss_equals_trls_fused_head(tiny_vlm_dir, synth_data, tmp_p
             f"use_lora={use_lora}",
             "lora_dropout=0.0",
         ]
-        trainers[full] = build_sft_trainer(_sft(tiny_vlm_dir, synth_data, tmp_path / str(full), *extra))
+        trainers[full] = build_sft_trainer(sft_config(tiny_vlm_dir, synth_data, tmp_path / str(full), *extra))
     assert [t.full_logits for t in trainers.values()] == [False, True]
-    default = build_sft_trainer(_sft(tiny_vlm_dir, synth_data, tmp_path / "default", "max_steps=1"))
+    default = build_sft_trainer(sft_config(tiny_vlm_dir, synth_data, tmp_path / "default", "max_steps=1"))
     assert default.full_logits  # a 2k vocabulary: full logits unless asked otherwise
 
     batch = next(iter(trainers[True].get_train_dataloader()))

@@ -85,6 +85,14 @@ def hf_loaded(vllm_judge_dir):
     return load_model(str(vllm_judge_dir), device="cpu")
 
 
+@pytest.fixture(scope="module")
+def hf(hf_loaded):
+    """The tiny32 judge through the transformers backend: the reference the vLLM tests compare with."""
+    from judge.backends.hf import TransformersBackend
+
+    return TransformersBackend(hf_loaded)
+
+
 @pytest.fixture(scope="session")
 def vllm_server(vllm_venv_dir, vllm_judge_dir, tmp_path_factory):
     """One `vllm serve` for the whole session, on a free loopback port, with runtime LoRA loading.

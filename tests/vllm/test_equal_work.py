@@ -9,10 +9,10 @@ import pytest
 from benchmarks.equal_work import vllm_extra_body, vllm_generation_tokens
 from judge.backends.openai_http import OpenAIBackend
 from judge.judging import Judge, JudgeConfig
-from tests.conftest import make_items
+from tests.support.items import make_items
 from tests.vllm.conftest import SERVED_NAME
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a vLLM engine or server in a subprocess
 
 TOKENS = 48
 CALLS = 4  # two items with two candidates, both display orders

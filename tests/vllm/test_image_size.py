@@ -12,11 +12,11 @@ import pytest
 from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
 from judge.types import MCItem
-from tests.judge.test_image_size import CAP, PHOTO, photo, visual_tokens
+from tests.support.images import CAP, PHOTO, photo, visual_tokens
 from tests.vllm.conftest import ENGINE
 from tiny_world.model import TINY_MAX_PIXELS
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a vLLM engine or server in a subprocess
 
 CONFIG = dict(orders=1, max_new_tokens=8, seed=0)
 

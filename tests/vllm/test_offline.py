@@ -16,11 +16,11 @@ from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
 from judge.prompt import build_messages
 from judge.types import MCItem
-from tests.conftest import make_items
+from tests.support.items import make_items
 from tests.support.parrot import REASONING
 from tests.vllm.conftest import ENGINE, LOGPROB_ATOL, hf_greedy, save_items
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a vLLM engine or server in a subprocess
 
 CONFIG = dict(max_new_tokens=40, seed=0)
 LORA_CONFIG = dict(max_new_tokens=24, seed=0)
@@ -63,11 +63,6 @@ def offline(run_offline, vllm_judge_dir, vllm_lora_dir, tmp_path_factory):
     }
     result = run_offline(spec)
     return {"result": result, "rows": rows, "lora_rows": lora_rows, "prefix": prefix}
-
-
-@pytest.fixture(scope="module")
-def hf(hf_loaded):
-    return TransformersBackend(hf_loaded)
 
 
 def _items(rows):

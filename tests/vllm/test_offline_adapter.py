@@ -7,11 +7,11 @@ import pytest
 from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
 from judge.types import MCItem
-from tests.conftest import make_items
+from tests.support.items import make_items
 from tests.support.parrot import REASONING
 from tests.vllm.conftest import ENGINE, save_items
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a vLLM engine or server in a subprocess
 
 CONFIG = dict(max_new_tokens=24, seed=0)
 

@@ -17,18 +17,13 @@ from judge.backends.hf import TransformersBackend
 from judge.backends.openai_http import OpenAIBackend, _with_image_urls
 from judge.judging import Judge, JudgeConfig
 from judge.prompt import build_messages
-from tests.conftest import make_items
+from tests.support.items import make_items
 from tests.support.parrot import DESCRIPTION_REPLY, REASONING
 from tests.vllm.conftest import LOGPROB_ATOL, SERVED_NAME, hf_greedy
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # a vLLM engine or server in a subprocess
 
 CONFIG = JudgeConfig(max_new_tokens=40, seed=0)
-
-
-@pytest.fixture(scope="module")
-def hf(hf_loaded):
-    return TransformersBackend(hf_loaded)
 
 
 def _requests(items):

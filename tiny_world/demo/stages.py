@@ -283,78 +283,55 @@ def _log_stats(logs: list[dict[str, Any]], key: str) -> tuple[float | None, floa
     return sum(values[:tenth]) / tenth, sum(values[-tenth:]) / tenth
 
 
-def sft(ctx: StageContext) -> dict[str, Any]:
-    from eval.plots import training_curves
+def _train_judge(
+    ctx: StageContext, stage: str, build: Any, model: Path, data: str, curve: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train the judge by the recipe's `stage` (sft or grpo) from `model` on `distill/<data>/train.jsonl` into
+    `<stage>/model`, with one progress bar; write `history.json`; return the logged history and the stage's
+    training figures (model, steps, wall time, and the mean logged `curve` at the start and the end)."""
     from tiny_world.recipe import History
     from training.common import run_recipe
-    from training.sft import build_sft_trainer
 
-    config = ctx.config
+    steps = getattr(ctx.config, f"{stage}_max_steps")
+    trainer_config = getattr(ctx.config.recipe(), f"{stage}_config")(
+        model,
+        ctx.path("distill", data, "train.jsonl"),
+        ctx.folder / "model",
+        freeze_vision=ctx.figures("warmup")["frozen"],
+        logging_steps=min({"sft": 10, "grpo": 2}[stage], steps),
+    )
     history = History()
     start = time.perf_counter()
-    run_recipe(
-        _with_progress(build_sft_trainer, ctx.console, "judge SFT"),
-        config.recipe().sft_config(
-            ctx.out / ctx.figures("warmup")["model"],
-            ctx.path("distill", "sft", "train.jsonl"),
-            ctx.folder / "model",
-            freeze_vision=ctx.figures("warmup")["frozen"],
-            logging_steps=min(10, config.sft_steps),
-        ),
-        [history.callback()],
-    )
+    run_recipe(_with_progress(build, ctx.console, f"judge {stage.upper()}"), trainer_config, [history.callback()])
     train_s = time.perf_counter() - start
     (ctx.folder / "history.json").write_text(json.dumps(history.logs))
-    training_curves(ctx.folder / "loss.png", sft=history.logs)
-    first, last = _log_stats(history.logs, "loss")
+    first, last = _log_stats(history.logs, curve)
+    figures = {"model": ctx.rel(ctx.folder / "model"), "steps": steps, "train_s": round(train_s, 1)}
+    return history.logs, {**figures, f"{curve}_first": first, f"{curve}_last": last}
+
+
+def sft(ctx: StageContext) -> dict[str, Any]:
+    from eval.plots import training_curves
+    from training.sft import build_sft_trainer
+
+    warm = ctx.out / ctx.figures("warmup")["model"]
+    logs, trained = _train_judge(ctx, "sft", build_sft_trainer, warm, "sft", "loss")
+    training_curves(ctx.folder / "loss.png", sft=logs)
     figures = _heldout_eval(ctx, ctx.folder / "model", ctx.folder / "vlrb", JUDGE_NAME["sft"])
-    return {
-        "model": ctx.rel(ctx.folder / "model"),
-        "steps": config.sft_steps,
-        "train_s": round(train_s, 1),
-        "loss_first": first,
-        "loss_last": last,
-        **figures,
-        "loss_plot": ctx.rel(ctx.folder / "loss.png"),
-    }
+    return {**trained, **figures, "loss_plot": ctx.rel(ctx.folder / "loss.png")}
 
 
 def grpo(ctx: StageContext) -> dict[str, Any]:
     from eval.plots import training_curves
-    from tiny_world.recipe import History
-    from training.common import run_recipe
     from training.grpo import build_grpo_trainer
 
-    config = ctx.config
     sft_model = ctx.out / ctx.figures("sft")["model"]
-    if config.grpo_steps == 0:
+    if ctx.config.grpo_max_steps == 0:
         return {"model": ctx.rel(sft_model), "steps": 0, "skipped": True, "plots": [ctx.figures("sft")["loss_plot"]]}
-    history = History()
-    start = time.perf_counter()
-    run_recipe(
-        _with_progress(build_grpo_trainer, ctx.console, "judge GRPO"),
-        config.recipe().grpo_config(
-            sft_model,
-            ctx.path("distill", "rl", "train.jsonl"),
-            ctx.folder / "model",
-            freeze_vision=ctx.figures("warmup")["frozen"],
-            logging_steps=min(2, config.grpo_steps),
-        ),
-        [history.callback()],
-    )
-    train_s = time.perf_counter() - start
-    (ctx.folder / "history.json").write_text(json.dumps(history.logs))
+    logs, trained = _train_judge(ctx, "grpo", build_grpo_trainer, sft_model, "rl", "reward")
     sft_logs = json.loads(ctx.path("sft", "history.json").read_text())
-    training_curves(ctx.folder / "curves.png", sft=sft_logs, grpo=history.logs)
-    first, last = _log_stats(history.logs, "reward")
-    return {
-        "model": ctx.rel(ctx.folder / "model"),
-        "steps": config.grpo_steps,
-        "train_s": round(train_s, 1),
-        "reward_first": first,
-        "reward_last": last,
-        "plots": [ctx.rel(ctx.folder / "curves.png")],
-    }
+    training_curves(ctx.folder / "curves.png", sft=sft_logs, grpo=logs)
+    return {**trained, "plots": [ctx.rel(ctx.folder / "curves.png")]}
 
 
 # -- evaluation --------------------------------------------------------------------------------------------
@@ -449,7 +426,7 @@ def _judged(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def policy(ctx: StageContext) -> dict[str, Any]:
     """Serve the final judge on loopback; warm-start a tiny policy; GRPO it with the server as its reward."""
     from eval.plots import reward_curve
-    from judge.policy_reward import JudgeRewardFunction
+    from judge.reward_http import HttpJudgeReward
     from reward_server import create_app
     from reward_server.config import ServerConfig
     from tiny_world.model import build_tiny_model
@@ -469,27 +446,27 @@ def policy(ctx: StageContext) -> dict[str, Any]:
     files = write_policy_data(train, data, correct_share=config.policy_correct_share, seed=config.seed)
     base = build_tiny_model(ctx.folder / "untrained", size=config.policy_size, seed=config.seed + 1)
     warm = ctx.folder / "sft"
-    if config.policy_sft_steps:
+    if config.policy_sft_max_steps:
         run_recipe(  # the judge recipe's SFT settings; a tiny policy learns the answer templates in ~100 steps
             _with_progress(build_sft_trainer, ctx.console, "policy warm-start SFT"),
             sft_config(
                 base,
                 files["sft"],
                 warm,
-                steps=config.policy_sft_steps,
+                max_steps=config.policy_sft_max_steps,
                 seed=config.seed,
-                logging_steps=min(10, config.policy_sft_steps),
+                logging_steps=min(10, config.policy_sft_max_steps),
             ),
         )
     else:
         warm = base
-    judge_batch = 2 * config.policy_batch_size  # one GRPO step's pairwise games in one judge batch
+    judge_batch = 2 * config.policy_per_device_train_batch_size  # one GRPO step's pairwise games in one judge batch
     judge = config.recipe().judge(ctx.out / ctx.figures("grpo")["model"], image_root=None, batch_size=judge_batch)
     app = create_app(judge, ServerConfig(port=0, max_batch_items=judge_batch, max_candidates=2))
     history = History()
     with serve_in_thread(app) as url:
         ctx.print(f"reward server on {url} (POST /v1/reward, pairwise against the reference answer)")
-        reward = JudgeRewardFunction(server_url=url, mode="pairwise", reference_column="answer", max_options=2)
+        reward = HttpJudgeReward(url, mode="pairwise", reference_column="answer", max_options=2)
 
         def judged(policy_model: Path) -> dict[str, Any]:
             samples = judge_samples(
@@ -505,22 +482,20 @@ def policy(ctx: StageContext) -> dict[str, Any]:
 
         before = judged(warm)
         start = time.perf_counter()
-        if config.policy_grpo_steps:
+        if config.policy_max_steps:
             run_recipe(
                 _with_progress(build_policy_trainer, ctx.console, "policy GRPO"),
                 JudgePolicyGRPOConfig(
                     model_name_or_path=str(warm),
                     train_file=str(files["prompts"]),
                     output_dir=str(ctx.folder / "grpo"),
-                    judge_server_url=url,
-                    judge_mode="pairwise",
-                    judge_max_options=2,
-                    max_steps=config.policy_grpo_steps,
-                    per_device_train_batch_size=config.policy_batch_size,
-                    num_generations=config.policy_generations,
+                    reward={"transport": "http", "url": url, "mode": "pairwise", "max_options": 2},
+                    max_steps=config.policy_max_steps,
+                    per_device_train_batch_size=config.policy_per_device_train_batch_size,
+                    num_generations=config.policy_num_generations,
                     max_completion_length=config.policy_max_completion_length,
                     temperature=1.0,
-                    learning_rate=config.policy_grpo_lr,
+                    learning_rate=config.policy_learning_rate,
                     beta=config.policy_beta,
                     logging_steps=1,
                     seed=config.seed,
@@ -545,8 +520,8 @@ def policy(ctx: StageContext) -> dict[str, Any]:
         "served_requests": served,
         "prompts": len(train),
         "heldout_questions": len(heldout_rows),
-        "sft_steps": config.policy_sft_steps,
-        "steps": config.policy_grpo_steps,
+        "sft_steps": config.policy_sft_max_steps,
+        "steps": config.policy_max_steps,
         "train_s": round(train_s, 1),
         "reward_before": before["reward"],
         "reward_after": after["reward"],
@@ -637,30 +612,45 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "sft",
         "warm-up SFT on the distilled traces (TRL SFTTrainer)",
-        ("seed", "sft_steps", "sft_lr", "vision_lr", "batch_size", "judge_max_new_tokens", "eval_batch_size"),
+        (
+            "seed",
+            "sft_max_steps",
+            "sft_learning_rate",
+            "vision_learning_rate",
+            "per_device_train_batch_size",
+            "judge_max_new_tokens",
+            "eval_batch_size",
+        ),
         ("distill", "warmup", "heldout"),
         sft,
         lambda f: (
             f"{f['steps']} steps in {f['train_s']:.0f} s, loss {_fmt(f['loss_first'], 2)} → "
             f"{_fmt(f['loss_last'], 2)}; " + _heldout_line(f)
         ),
-        lambda c: f"{c.sft_steps} SFT steps × batch {c.batch_size}",
+        lambda c: f"{c.sft_max_steps} SFT steps × batch {c.per_device_train_batch_size}",
     ),
     Stage(
         "grpo",
         "judge GRPO on the MC items (TRL GRPOTrainer, reward 0.9 · correct + 0.1 · format)",
-        ("seed", "grpo_steps", "grpo_lr", "grpo_generations", "batch_size", "judge_max_new_tokens"),
+        (
+            "seed",
+            "grpo_max_steps",
+            "grpo_learning_rate",
+            "num_generations",
+            "per_device_train_batch_size",
+            "judge_max_new_tokens",
+        ),
         ("sft", "distill", "warmup"),
         grpo,
         lambda f: (
-            "skipped (grpo_steps=0)"
+            "skipped (grpo_max_steps=0)"
             if f.get("skipped")
             else f"{f['steps']} steps in {f['train_s']:.0f} s, mean reward {_fmt(f['reward_first'])} → "
             f"{_fmt(f['reward_last'])}"
         ),
         lambda c: (
-            f"{c.grpo_steps} GRPO steps × {c.batch_size // c.grpo_generations} prompts × "
-            f"{c.grpo_generations} completions"
+            f"{c.grpo_max_steps} GRPO steps × {c.per_device_train_batch_size // c.num_generations} prompts × "
+            f"{c.num_generations} completions"
         ),
     ),
     Stage(
@@ -690,13 +680,13 @@ STAGES: tuple[Stage, ...] = (
         (
             "seed",
             "policy_size",
-            "policy_sft_steps",
+            "policy_sft_max_steps",
             "policy_correct_share",
-            "policy_grpo_steps",
-            "policy_batch_size",
-            "policy_generations",
+            "policy_max_steps",
+            "policy_per_device_train_batch_size",
+            "policy_num_generations",
             "policy_max_completion_length",
-            "policy_grpo_lr",
+            "policy_learning_rate",
             "policy_beta",
             "policy_heldout",
             "policy_samples",
@@ -710,8 +700,8 @@ STAGES: tuple[Stage, ...] = (
             f"{f['exact_before']:.0%} → {f['exact_after']:.0%}"
         ),
         lambda c: (
-            f"{c.policy_sft_steps} warm-start SFT steps, {c.policy_grpo_steps} GRPO steps × "
-            f"{c.policy_batch_size // c.policy_generations} prompts × {c.policy_generations} completions"
+            f"{c.policy_sft_max_steps} warm-start SFT steps, {c.policy_max_steps} GRPO steps × "
+            f"{c.policy_per_device_train_batch_size // c.policy_num_generations} prompts × {c.policy_num_generations} completions"
         ),
     ),
 )

@@ -8,38 +8,87 @@
       - {name: geometry, train_file: data/geometry.jsonl, seed: 1}
       - {name: counting, train_file: data/counting.jsonl, seed: 2, reward: judge, judge_server_url: http://…}
 
-Each policy entry is `policy_defaults` with its own fields on top. The GRPO fields keep TRL's
-`GRPOConfig` names and meanings (`num_generations`, `beta`, `epsilon`, `loss_type`, `scale_rewards`,
-`max_completion_length`, …) so a single-policy config reads the same.
+Each policy entry is `policy_defaults` with its own fields on top. The GRPO and optimiser fields are TRL's
+`GRPOConfig` fields themselves (`GRPO_FIELDS`: name, type, help and, unless `_DEFAULTS` says otherwise,
+default), so a single-policy config reads the same and `--help-fields` prints TRL's help.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from judge.config import ConfigError, config_values, yaml_load
+from trl import GRPOConfig
 
-__all__ = ["LOSS_TYPES", "SCALE_REWARDS", "MultiPolicyConfig", "PolicySpec", "load_multi_policy_config"]
+from judge.config import ConfigError, config_values, parse_key_values
+
+__all__ = ["GRPO_FIELDS", "LOSS_TYPES", "SCALE_REWARDS", "MultiPolicyConfig", "PolicySpec", "load_multi_policy_config"]
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
-"""TRL's token aggregations this loop implements (TRL's meanings; `dapo` is TRL's default)."""
+"""TRL's loss types this loop implements (TRL's meanings; `dapo` is TRL's default)."""
 SCALE_REWARDS = ("group", "batch", "none")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # the adapter store's policy-name rule
 
+GRPO_FIELDS = (
+    "seed",
+    "num_generations",
+    "max_completion_length",
+    "temperature",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "loss_type",
+    "scale_rewards",
+    "learning_rate",
+    "weight_decay",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "max_grad_norm",
+)
+"""The `GRPOConfig` fields (its `TrainingArguments` ones included) a policy sets for itself."""
+# TRL's defaults are sized for one 7B run (8 completions of 512 tokens, lr 1e-6, seed 42); a policy here is one
+# small LoRA among several, stepped on a few prompts.
+_DEFAULTS: dict[str, Any] = {"seed": 0, "num_generations": 4, "max_completion_length": 32, "learning_rate": 1e-4}
+_NOTES = {
+    "seed": " Here it also seeds the adapter's init and the data order.",
+    "beta": " The reference model is the base (this policy's adapter switched off).",
+    "loss_type": f" Multi-policy GRPO implements {', '.join(LOSS_TYPES)}.",
+}
+
+
+def _grpo_fields() -> list[tuple[str, Any, Any]]:
+    """`GRPO_FIELDS` as `make_dataclass` entries: TRL's type and help, TRL's default unless `_DEFAULTS` has one."""
+    trl = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    types = typing.get_type_hints(GRPOConfig)  # not `Field.type`: HfArgumentParser rewrites those in place
+    return [
+        (
+            name,
+            types[name],
+            field(
+                default=_DEFAULTS.get(name, trl[name].default),
+                metadata={"help": trl[name].metadata["help"] + _NOTES.get(name, "")},
+            ),
+        )
+        for name in GRPO_FIELDS
+    ]
+
+
+_PolicyGRPOFields = dataclasses.make_dataclass("PolicyGRPOFields", _grpo_fields(), kw_only=True)
+
 
 @dataclass
-class PolicySpec:
-    """One policy: its data, its reward, its LoRA adapter and its own GRPO and optimiser settings."""
+class PolicySpec(_PolicyGRPOFields):
+    """One policy: its data, its reward, its LoRA adapter and its own GRPO and optimiser settings (`GRPO_FIELDS`)."""
 
     name: str = field(metadata={"help": "Policy name: the adapter's name and its policy in the adapter store."})
     train_file: str = field(
         metadata={"help": "Prompts JSONL ({prompt | question, answer?}), as for `mrjudge train policy`."}
     )
-    seed: int = field(default=0, metadata={"help": "Seeds the adapter's init, the data order and the sampling."})
     init_from: str | None = field(
         default=None,
         metadata={
@@ -47,12 +96,9 @@ class PolicySpec:
             "weights, rank and targets (the lora_* fields are then ignored); exports name it as their parent."
         },
     )
-    # Rollouts
+    # Rollouts (the GRPOConfig ones: num_generations, max_completion_length, temperature)
     prompts_per_step: int = field(default=4, metadata={"help": "Prompts per GRPO step (each gives a group)."})
-    num_generations: int = field(default=4, metadata={"help": "Completions per prompt (the GRPO group size G)."})
     max_prompt_length: int = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
-    max_completion_length: int = field(default=32, metadata={"help": "Completion budget in tokens."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (also divides the logits)."})
     # Reward
     reward: str = field(
         default="training.multi_policy.rewards:reference_f1",
@@ -69,18 +115,6 @@ class PolicySpec:
     judge_reference_column: str | None = field(
         default="answer", metadata={"help": "With reward=judge: the reference column (pairwise mode)."}
     )
-    # GRPO loss (TRL's GRPOConfig names)
-    beta: float = field(default=0.0, metadata={"help": "KL weight against the base (the adapter switched off)."})
-    epsilon: float = field(default=0.2, metadata={"help": "Lower clip of the importance ratio."})
-    epsilon_high: float | None = field(default=None, metadata={"help": "Upper clip (default: epsilon)."})
-    loss_type: str = field(default="dapo", metadata={"help": f"Token aggregation: {', '.join(LOSS_TYPES)}."})
-    scale_rewards: str = field(default="group", metadata={"help": f"Advantage scaling: {', '.join(SCALE_REWARDS)}."})
-    # Optimiser (TrainingArguments' names)
-    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate of this adapter."})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
-    lr_scheduler_type: str = field(default="linear", metadata={"help": "transformers scheduler name."})
-    warmup_steps: int = field(default=0, metadata={"help": "Scheduler warm-up steps."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Clip this adapter's gradient norm (0: off)."})
     # LoRA
     lora_r: int = field(default=8, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha."})
@@ -95,9 +129,12 @@ class PolicySpec:
             raise ValueError(f"{where}: name must match {_NAME.pattern} (letters, digits, . _ -)")
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"{where}: loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
+        self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)  # as TRL
         if self.scale_rewards not in SCALE_REWARDS:
             raise ValueError(f"{where}: scale_rewards must be one of {', '.join(SCALE_REWARDS)}")
-        for key in ("prompts_per_step", "num_generations", "max_prompt_length", "max_completion_length", "lora_r"):
+        if self.num_generations < 2:  # TRL's rule
+            raise ValueError(f"{where}: num_generations must be >= 2 (advantages are relative to the group)")
+        for key in ("prompts_per_step", "max_prompt_length", "max_completion_length", "lora_r"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{where}: {key} must be >= 1, got {getattr(self, key)}")
         if self.temperature <= 0:
@@ -110,6 +147,10 @@ class PolicySpec:
     @property
     def rows_per_step(self) -> int:
         return self.prompts_per_step * self.num_generations
+
+    def warmup_steps_for(self, num_training_steps: int) -> int:
+        """`warmup_steps` in steps, read as TRL reads it (below 1: a fraction of the training steps)."""
+        return GRPOConfig.get_warmup_steps(self, num_training_steps)
 
 
 @dataclass
@@ -176,14 +217,12 @@ class MultiPolicyConfig:
         return Path(self.adapter_store) if self.adapter_store else Path(self.output_dir) / "adapters"
 
 
-def load_multi_policy_config(path: str | Path | None, overrides: list[str] | None = None) -> MultiPolicyConfig:
-    """The run's config from YAML with `key=value` overrides of its top-level fields (values parsed as YAML)."""
-    parsed: dict[str, Any] = {}
-    for override in overrides or []:
-        key, sep, value = override.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {override!r} must look like key=value (e.g. max_steps=20)")
-        parsed[key.strip()] = yaml_load(value)
+def load_multi_policy_config(
+    path: str | Path | None, overrides: list[str] | Mapping[str, Any] | None = None
+) -> MultiPolicyConfig:
+    """The run's config from YAML with overrides of its top-level fields: `key=value` strings (values parsed
+    as YAML) or a mapping (`mrjudge train policies`' flags)."""
+    parsed = dict(overrides) if isinstance(overrides, Mapping) else parse_key_values(overrides or [])
     values = config_values(MultiPolicyConfig, path, parsed)
     for key in ("model_name_or_path", "policies"):
         if not values.get(key):

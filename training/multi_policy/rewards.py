@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import importlib
 import re
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from judge.reward_inputs import completion_text
 
-__all__ = ["reference_f1", "resolve_reward"]
+__all__ = ["judge_reward", "reference_f1", "resolve_reward"]
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -42,20 +43,32 @@ def reference_f1(completions: Sequence[Any], answer: Sequence[str | None] | None
     return rewards
 
 
+def judge_reward(spec: Any) -> Callable[..., list]:
+    """`reward: judge`: the judge behind the reward server at `judge_server_url` (`judge.reward_http`), with
+    `reward_kwargs` as more keys of its `judge.reward_spec.HttpRewardSpec` (`retry: {max_retries: 5}`, …)."""
+    from judge.reward_spec import reward_spec
+    from judge.reward_wire import RetryPolicy
+    from training.policy import TEXT_POLICY_IMAGE_COLUMN
+
+    options = dict(spec.reward_kwargs)
+    flat = {key: options.pop(key) for key in RetryPolicy.keys() if key in options}  # keywords of the old class
+    if flat:
+        news = ", ".join(f"retry.{key}" for key in flat)
+        warnings.warn(f"policy {spec.name!r}: reward_kwargs {', '.join(flat)} are now {news}", FutureWarning, 2)
+        options["retry"] = {**(options.get("retry") or {}), **flat}
+    values = {"url": spec.judge_server_url, "mode": spec.judge_mode, "reference_column": spec.judge_reference_column}
+    try:
+        http = reward_spec({"transport": "http", **values, **options})
+    except ValueError as exc:
+        raise ValueError(f"policy {spec.name!r}: {exc}") from exc
+    return http.build((TEXT_POLICY_IMAGE_COLUMN,), asynchronous=False)  # this loop calls it, not TRL's
+
+
 def resolve_reward(spec: Any) -> Callable[..., list]:
     """The policy's reward callable: `module:callable` imported (a class or factory is called with
-    `reward_kwargs`), or, for `reward: judge`, the judge reward function pointed at `judge_server_url`."""
+    `reward_kwargs`), or, for `reward: judge`, the judge reward (`judge_reward`)."""
     if spec.reward == "judge":
-        from judge.policy_reward import JudgeRewardFunction
-        from training.policy import TEXT_POLICY_IMAGE_COLUMN
-
-        return JudgeRewardFunction(
-            spec.judge_server_url,
-            mode=spec.judge_mode,
-            reference_column=spec.judge_reference_column,
-            image_columns=(TEXT_POLICY_IMAGE_COLUMN,),
-            **spec.reward_kwargs,
-        )
+        return judge_reward(spec)
     module_name, _, attr = spec.reward.partition(":")
     try:
         target = getattr(importlib.import_module(module_name), attr)

@@ -27,8 +27,9 @@ import torch
 from trl.trainer.utils import nanstd
 
 from adapter_revisions.store import ADAPTER_WEIGHTS
+from training.grpo_loss import GRPOLoss
 from training.multi_policy.config import MultiPolicyConfig, PolicySpec
-from training.multi_policy.objective import advantages, row_weights, token_loss
+from training.multi_policy.objective import advantages
 from training.multi_policy.rollout import RolloutRequest, generate_mixed, sequence_logps
 from training.multi_policy.segments import runs_of
 
@@ -176,7 +177,7 @@ class MultiPolicyTrainer:
         run.scheduler = get_scheduler(
             spec.lr_scheduler_type,
             run.optimizer,
-            num_warmup_steps=spec.warmup_steps,
+            num_warmup_steps=spec.warmup_steps_for(self.config.max_steps),
             num_training_steps=self.config.max_steps,
         )
         return run
@@ -265,10 +266,13 @@ class MultiPolicyTrainer:
     def _optimise(self, runs: list[PolicyRun], scored: dict[str, Any]) -> dict[str, dict[str, float]]:
         """One backward over mixed-adapter chunks, then each policy's own clip and optimiser step."""
         rows = []  # (run, prompt ids, completion ids, advantage, weight)
+        losses = {run.name: GRPOLoss.from_config(run.spec) for run in runs}
         for run in runs:
             request, adv, _ = scored[run.name]
-            lengths = [len(c) for c in request.completions]
-            weights = row_weights(lengths, run.spec.loss_type, run.spec.max_completion_length)
+            lengths = torch.tensor([len(c) for c in request.completions])
+            step_mask = torch.arange(int(lengths.max())) < lengths[:, None]  # the step's completions, right-padded
+            # One process, one optimiser step per generation batch: TRL's dapo count is the step's tokens.
+            weights = losses[run.name].row_weights(step_mask, num_items_in_batch=step_mask.sum())
             rows += [
                 (run, p, c, adv[i], weights[i]) for i, (p, c) in enumerate(zip(request.prompt_ids, request.completions))
             ]
@@ -292,18 +296,14 @@ class MultiPolicyTrainer:
             for name, count in runs_of(names):  # the chunk's rows come grouped by policy
                 rows_of = slice(start_row, start_row + count)
                 start_row += count
-                spec = part[rows_of.start][0].spec
-                per_token, kl = token_loss(
+                value, kl = losses[name].rows_loss(  # on-policy: one optimisation pass per generation
                     logps[rows_of],
+                    mask[rows_of],
                     torch.stack([r[3] for r in part[rows_of]]).to(logps.device, logps.dtype),
-                    epsilon_low=spec.epsilon,
-                    epsilon_high=spec.epsilon_high if spec.epsilon_high is not None else spec.epsilon,
-                    beta=spec.beta,
+                    torch.stack([r[4] for r in part[rows_of]]).to(logps.device),
                     ref_logps=None if ref is None else ref[rows_of],
                 )
-                weights = torch.tensor([r[4] for r in part[rows_of]], dtype=logps.dtype, device=logps.device)
-                row_losses = weights * (per_token * mask[rows_of]).sum(-1)
-                by_run[name] = by_run.get(name, 0.0) + row_losses.sum()
+                by_run[name] = by_run.get(name, 0.0) + value
                 if kl is not None:
                     kl_sum[name] += float((kl.detach() * mask[rows_of]).sum())
             finite = []

@@ -37,13 +37,14 @@ each layer (cache writes kept), so it holds layer inputs instead of all activati
 The package, one idea per module: `batch` (the micro-batch and its shared-prompt groups), `model` (the pieces of
 the model replay calls, checkpointing and RNG switches), `cache` (the cache layers that record and replay the
 prompt state), `state` (the prompt state and its inputs), `logps` (per-token log-probs), `probe` (the exactness
-check before first use), `loss` (TRL's GRPO loss per row), `engine` (steps a-c), `chunked` (step c chunk by chunk).
+check before first use), `engine` (steps a-c), `chunked` (step c chunk by chunk). TRL's GRPO loss per row,
+`GRPOLoss`, is `training.grpo_loss`'s (multi-policy GRPO shares it).
 """
 
+from training.grpo_loss import LOSS_TYPES, GRPOLoss, LossFn
 from training.replay.batch import ReplayBatch, find_groups
 from training.replay.engine import ReplayResult, plain_backward, replay_backward, replay_token_logps
 from training.replay.errors import ReplayUnsupportedError
-from training.replay.loss import LOSS_TYPES, GRPOLoss, LossFn
 from training.replay.probe import check_replay_exact
 
 __all__ = [

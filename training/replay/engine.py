@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from training.grpo_loss import LossFn
 from training.replay.attention import grouped_attention
 from training.replay.batch import ReplayBatch, find_groups
 from training.replay.logps import _branch_logps, _plain_logps
-from training.replay.loss import LossFn
 from training.replay.model import _no_checkpointing, _resolve, _RngReplay
 from training.replay.probe import _ensure_checked
 from training.replay.state import _prompt_inputs, _prompt_state

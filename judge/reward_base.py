@@ -1,0 +1,215 @@
+"""What the judge's TRL rewards share, whatever the transport: TRL's arguments in, grouping, metrics out.
+
+A transport (`judge.reward_http`, `judge.reward_local`) subclasses `GroupedJudgeReward` and judges the
+planned groups (`_judge_groups`, and `_ajudge_groups` for the coroutine form); grouping and planning are
+the shared planner's (`judge.reward_planner`), and the counting and logging are done here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from judge.reward_inputs import completion_text, image_digest, prompt_images, prompt_text
+from judge.reward_planner import RewardGroup, group_samples, scatter
+from judge.reward_scoring import MODES
+from judge.reward_wire import RetryPolicy
+
+__all__ = ["TOURNAMENTS", "GroupedJudgeReward", "RewardCall", "check_reward_options"]
+
+logger = logging.getLogger("judge.policy_reward")  # one logger for both transports, under the public module's name
+
+TOURNAMENTS = ("round_robin", "knockout")
+
+GroupResults = list[list[float | None] | None]
+"""One entry per group: its rewards, or None when judging it failed for good."""
+
+
+def check_reward_options(mode: str, tournament: str, reference_column: str | None, max_options: int) -> None:
+    """The checks every judge reward (and its config spec) makes on how groups are judged."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if tournament not in TOURNAMENTS:
+        raise ValueError(f"tournament must be 'round_robin' or 'knockout', got {tournament!r}")
+    if mode == "pairwise" and not reference_column:
+        raise ValueError("pairwise mode compares each completion with a reference: set reference_column")
+    if max_options < 2:
+        raise ValueError(f"max_options ({max_options}) must be at least 2")
+
+
+@dataclass
+class RewardCall:
+    """What happened in one reward call, for `log_metric` and `totals`."""
+
+    retries: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class GroupedJudgeReward(ABC):
+    """Rewards from a judge for G completions per prompt, with TRL's reward signature (synchronous).
+
+    Args:
+        mode: "listwise", "pairwise" (needs `reference_column`) or "tournament" (see `judge.policy_reward`).
+        tournament: the tournament format when `mode="tournament"` ("round_robin" or "knockout").
+        reference_column: dataset column with each prompt's reference answer (pairwise judging, and
+            groups of one completion).
+        image_columns: dataset columns images are read from, first present wins.
+        max_options: the judge's option limit; larger listwise groups become knock-out tournaments.
+        retry: retries and back-off of a failed judging call (`judge.reward_wire.RetryPolicy`).
+        image_root: folder relative image paths are read from.
+        name: TRL logs the reward as `rewards/<name>/mean` and the counters as `<name>/…`.
+    """
+
+    def __init__(
+        self,
+        *,
+        mode: str = "listwise",
+        tournament: str = "knockout",
+        reference_column: str | None = None,
+        image_columns: Sequence[str] = ("images", "image"),
+        max_options: int = 8,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        image_root: str | None = None,
+        name: str = "judge",
+    ) -> None:
+        check_reward_options(mode, tournament, reference_column, max_options)
+        self.mode, self.tournament = mode, tournament
+        self.reference_column = reference_column
+        self.image_columns = tuple(image_columns)
+        self.max_options = max_options
+        self.retry = RetryPolicy.from_dict(dict(retry) if isinstance(retry, Mapping) else retry or RetryPolicy())
+        self.image_root = image_root
+        self.__name__ = name  # TRL names the reward's logs after it
+        self.totals = {"calls": 0, "groups": 0, "failed_groups": 0, "failed": 0, "unscored": 0, "retries": 0}
+        """Running counts over this object's life (completions for `failed` / `unscored`)."""
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()  # guards the lazy runtime of a transport
+        self._warned: set[str] = set()
+        self._rng = random.Random()  # jitter must differ between processes, so it is not seeded
+
+    # Picklable configuration: a transport's clients, loops and models are remade where it lands.
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "__name__"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    # -- TRL entry points --------------------------------------------------------------------------------
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """One reward per completion, in input order; `None` where the judge failed or could not rank."""
+        start, call = time.perf_counter(), RewardCall()
+        groups = self._group(prompts, completions, kwargs)
+        results = self._judge_groups(groups, call)
+        return self._finish(len(completions), groups, results, call, start, kwargs.get("log_metric"))
+
+    async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """The coroutine form of `__call__` (TRL awaits it on its own event loop)."""
+        start, call = time.perf_counter(), RewardCall()
+        groups = self._group(prompts, completions, kwargs)
+        results = await self._ajudge_groups(groups, call)
+        return self._finish(len(completions), groups, results, call, start, kwargs.get("log_metric"))
+
+    @abstractmethod
+    def _judge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
+        """The transport's judging of planned groups (a group without a request stays None)."""
+
+    @abstractmethod
+    async def _ajudge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
+        """The same, awaitable on a running event loop."""
+
+    # -- grouping and planning ---------------------------------------------------------------------------
+
+    def _column(self, kwargs: Mapping[str, Any], name: str | None, n: int) -> Sequence[Any] | None:
+        values = kwargs.get(name) if name else None
+        if values is None:
+            return None
+        if len(values) != n:
+            raise ValueError(f"column {name!r} has {len(values)} values for {n} completions")
+        return values
+
+    def _group(
+        self, prompts: Sequence[Any], completions: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> list[RewardGroup]:
+        """Read TRL's arguments into samples and hand them to the shared planner (`group_samples`)."""
+        n = len(completions)
+        if len(prompts) != n:
+            raise ValueError(f"got {len(prompts)} prompts for {n} completions; TRL passes one prompt per completion")
+        references = self._column(kwargs, self.reference_column, n)
+        image_columns = [c for c in (self._column(kwargs, name, n) for name in self.image_columns) if c is not None]
+        images: list[list[Any]] = []
+        for i, prompt in enumerate(prompts):
+            if image_columns:
+                value = image_columns[0][i]
+                images.append([] if value is None else list(value) if isinstance(value, (list, tuple)) else [value])
+            else:
+                images.append(prompt_images(prompt))
+        return group_samples(
+            [prompt_text(p) for p in prompts],
+            [completion_text(c) for c in completions],
+            images=images,
+            image_keys=[tuple(image_digest(im) for im in own) for own in images],
+            references=None if references is None else [None if r is None else str(r) for r in references],
+            mode=self.mode,
+            tournament=self.tournament,
+            max_options=self.max_options,
+        )
+
+    # -- counting and logging ----------------------------------------------------------------------------
+
+    def _finish(
+        self,
+        n: int,
+        groups: list[RewardGroup],
+        results: GroupResults,
+        call: RewardCall,
+        start: float,
+        log_metric: Callable[[str, float], None] | None,
+    ) -> list[float | None]:
+        rewards = scatter(n, groups, results)
+        failed_groups = failed = unscored = 0
+        for group, result in zip(groups, results):
+            if group.request is None:
+                unscored += len(group.indices)
+            elif result is None:
+                failed_groups += 1
+                failed += len(group.indices)
+            else:
+                unscored += sum(r is None for r in result)  # verdicts the judge did not give
+        if failed_groups:
+            logger.warning(
+                "%s: %d of %d groups failed (%d retries in this call, last error: %s); their %d completions get "
+                "reward None",
+                self.__name__, failed_groups, len(groups), call.retries, call.errors[-1] if call.errors else "?",
+                failed,
+            )  # fmt: skip
+        if unscored and "unscored" not in self._warned:
+            self._warned.add("unscored")
+            logger.warning(
+                "%s: %d completions got reward None (unscored): a lone completion (or pairwise mode) needs a "
+                "reference (set reference_column, or sample num_generations >= 2 per prompt), or the judge's "
+                "verdict did not parse",
+                self.__name__, unscored,
+            )  # fmt: skip
+        for key, value in (
+            ("calls", 1), ("groups", len(groups)), ("failed_groups", failed_groups), ("failed", failed),
+            ("unscored", unscored), ("retries", call.retries),
+        ):  # fmt: skip
+            self.totals[key] += value
+        if log_metric is not None and n:
+            name = self.__name__
+            log_metric(f"{name}/failed_frac", failed / n)
+            log_metric(f"{name}/failed_groups", float(failed_groups))
+            log_metric(f"{name}/unscored_frac", unscored / n)
+            log_metric(f"{name}/retries", float(call.retries))
+            log_metric(f"{name}/latency_s", time.perf_counter() - start)
+        return rewards

@@ -1,0 +1,241 @@
+"""The judge reward over HTTP: one `POST /v1/reward` per group to `mrjudge serve`, all groups concurrently.
+
+    from judge.reward_http import AsyncHttpJudgeReward
+
+    reward = AsyncHttpJudgeReward("http://judge-node:8000")   # key from $MRJUDGE_SERVER_API_KEY
+    GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=prompts)
+
+Images go as PNG data URLs, resized into [min_pixels, max_pixels] first (or as path strings with
+`send_image_paths`). Connection errors, timeouts, 408, 429 and 5xx are retried with back-off
+(`judge.reward_wire.RetryPolicy`; a 503's `Retry-After` is honoured); other 4xx fail the group at once.
+
+TRL runs a callable whose `__call__` is `async def` on its own event loop, next to other async rewards: that
+is `AsyncHttpJudgeReward`. `HttpJudgeReward` is the synchronous one: it keeps a private event loop thread for
+its HTTP calls, and `acall` is its coroutine form. Clients and loops are made lazily in each process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from judge.images import PixelRange
+from judge.reward_base import GroupedJudgeReward, GroupResults, RewardCall
+from judge.reward_planner import RewardGroup
+from judge.reward_scoring import RewardRequest
+from judge.reward_wire import is_retryable, retry_after_s, server_api_key
+
+__all__ = ["AsyncHttpJudgeReward", "HttpJudgeReward", "reward_endpoint"]
+
+
+def reward_endpoint(server_url: str) -> str:
+    """`POST /v1/reward` on a server root, a `/v1` root or the full endpoint URL.
+
+    >>> reward_endpoint("http://judge:8000"), reward_endpoint("http://judge:8000/v1/")
+    ('http://judge:8000/v1/reward', 'http://judge:8000/v1/reward')
+    """
+    url = server_url.rstrip("/")
+    if url.endswith("/v1/reward"):
+        return url
+    return f"{url}/reward" if url.endswith("/v1") else f"{url}/v1/reward"
+
+
+class _JudgeCallError(RuntimeError):
+    """One group's judging failed for good (after retries, or at once for a non-retryable answer)."""
+
+
+def _http_error(response: Any) -> str:
+    """The server's `{"error": {"message", "field", "type"}}` envelope, or the start of whatever it sent."""
+    try:
+        error = response.json().get("error") or {}
+        where = f" (field {error['field']!r})" if error.get("field") else ""
+        return f"HTTP {response.status_code}{where}: {error.get('message') or response.text[:200]}"
+    except Exception:  # noqa: BLE001 - a non-JSON error page is still an error to report
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+
+
+class HttpJudgeReward(GroupedJudgeReward):
+    """Rewards from a reward server (`mrjudge serve`), with TRL's reward signature (synchronous).
+
+    Args:
+        url: the server's root, `/v1` root or `/v1/reward` URL.
+        api_key: `Authorization: Bearer` key; default `$MRJUDGE_SERVER_API_KEY`.
+        max_concurrency: requests in flight at once.
+        send_image_paths: send string image references (paths) as they are, to be read under the server's
+            `--allow-local-images` folder, instead of reading and encoding them here.
+        min_pixels, max_pixels: images are resized into this range (Qwen's rule, `judge.images.fit_pixels`)
+            before they are sent, so a full-size photo neither costs megabytes per request nor meets the
+            server's 413; unset: sent as they are.
+        **options: how groups are judged and retried (`judge.reward_base.GroupedJudgeReward`); keep
+            `max_options` at most the server's `max_candidates`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        max_concurrency: int = 16,
+        send_image_paths: bool = False,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        **options: Any,
+    ) -> None:
+        if not url:
+            raise ValueError("HttpJudgeReward needs the reward server's url (e.g. http://judge-node:8000)")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
+        PixelRange(min_pixels, max_pixels)  # refused here, not at the first call, when out of range
+        self.url, self.endpoint = url, reward_endpoint(url)
+        self.api_key = api_key if api_key is not None else server_api_key()
+        self.max_concurrency = max_concurrency
+        self.send_image_paths = send_image_paths
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        super().__init__(**options)
+
+    def _init_runtime(self) -> None:
+        super()._init_runtime()
+        self._client: Any = None
+        self._client_loop: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r}, mode={self.mode!r})"
+
+    # -- event loops and clients -------------------------------------------------------------------------
+
+    def _judge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
+        return asyncio.run_coroutine_threadsafe(self._ajudge_groups(groups, call), self._private_loop()).result()
+
+    def _private_loop(self) -> asyncio.AbstractEventLoop:
+        """The synchronous `__call__`'s event loop, on a daemon thread, kept so the connection pool is reused."""
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name=f"{self.__name__}-http", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    def _http_client(self) -> Any:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:  # a client belongs to the loop it was made on
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.AsyncClient(
+                timeout=self.retry.timeout_s,
+                headers=headers,
+                limits=httpx.Limits(max_connections=self.max_concurrency),
+            )
+            self._client_loop = loop
+        return self._client
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the private event loop (both come back on the next call)."""
+        loop, client = self._loop, self._client
+        if loop is not None:
+            if client is not None and self._client_loop is loop:
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+        self._loop = self._client = self._client_loop = None
+
+    async def aclose(self) -> None:
+        """Close the HTTP client made on the running loop (the async variant's, under TRL's loop)."""
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._client.aclose()
+            self._client = self._client_loop = None
+
+    def __del__(self) -> None:
+        loop = getattr(self, "_loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)  # the daemon thread ends with its loop
+
+    # -- requests ----------------------------------------------------------------------------------------
+
+    def _wire_image(self, ref: Any) -> str:
+        """One image as a data URL, resized into [min_pixels, max_pixels]; a data URL already in range goes as is."""
+        from judge.images import fit_pixels, image_to_data_url, load_image
+
+        if isinstance(ref, str) and not ref.startswith("data:") and self.send_image_paths:
+            return ref  # read by the server under its --allow-local-images folder (and shrunk as it decodes)
+        is_url = isinstance(ref, str) and ref.startswith("data:")
+        if is_url and self.min_pixels is None and self.max_pixels is None:
+            return ref
+        image = load_image(ref, self.image_root)
+        fitted = fit_pixels(image, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        return ref if is_url and fitted is image else image_to_data_url(fitted)
+
+    def _payload(self, request: RewardRequest) -> dict[str, Any]:
+        return {
+            "prompt": request.prompt,
+            "images": [self._wire_image(ref) for ref in request.images],
+            "responses": request.responses,
+            "reference": request.reference,
+            "mode": request.mode,
+            "tournament": request.tournament,
+            "id": request.id,
+        }
+
+    async def _ajudge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
+        client = self._http_client()
+        gate = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(group: RewardGroup) -> list[float | None] | None:
+            if group.request is None:
+                return None
+            try:
+                return await self._post(client, gate, self._payload(group.request), len(group.responses), call)
+            except _JudgeCallError as exc:
+                call.errors.append(str(exc))
+            except Exception as exc:  # noqa: BLE001 - e.g. an undecodable image: this group only
+                call.errors.append(f"{type(exc).__name__}: {exc}")
+            return None
+
+        return list(await asyncio.gather(*(one(g) for g in groups)))
+
+    async def _post(
+        self, client: Any, gate: asyncio.Semaphore, payload: dict[str, Any], n: int, call: RewardCall
+    ) -> list[float | None]:
+        import httpx
+
+        error = ""
+        for attempt in range(self.retry.max_retries + 1):
+            retry_after = None
+            async with gate:
+                try:
+                    response = await client.post(self.endpoint, json=payload)
+                except httpx.TransportError as exc:  # connection refused/reset, timeouts
+                    error = f"{type(exc).__name__}: {exc or 'no detail'}"
+                else:
+                    if response.status_code == 200:
+                        return self._parse(response, n)
+                    error = _http_error(response)
+                    if not is_retryable(response.status_code):
+                        raise _JudgeCallError(error)
+                    retry_after = retry_after_s(response.headers.get("retry-after"))
+            if attempt < self.retry.max_retries:
+                call.retries += 1
+                await asyncio.sleep(self.retry.delay(attempt, self._rng, retry_after))
+        raise _JudgeCallError(error)
+
+    @staticmethod
+    def _parse(response: Any, n: int) -> list[float | None]:
+        try:
+            rewards = response.json()["rewards"]
+            if len(rewards) != n:
+                raise ValueError(f"{len(rewards)} rewards for {n} responses")
+            return [None if r is None else float(r) for r in rewards]
+        except Exception as exc:  # noqa: BLE001 - a malformed answer fails the group, it is not retried
+            raise _JudgeCallError(f"unusable reward response ({exc}): {response.text[:200]}") from exc
+
+
+class AsyncHttpJudgeReward(HttpJudgeReward):
+    """`HttpJudgeReward` with an `async def __call__`: TRL's GRPOTrainer awaits it on its own event loop,
+    concurrently with other async reward functions (`trl.trainer.utils.is_async_callable`)."""
+
+    async def __call__(  # type: ignore[override]
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        return await self.acall(prompts, completions, **kwargs)

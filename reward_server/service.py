@@ -1,0 +1,254 @@
+"""`RewardService`: what the reward server does behind its routes, held on `app.state.service`.
+
+One judge behind one batching worker (`reward_server.batching`), the adapter pool of a server with an
+adapter store, OpenRLHF's group pool and the metrics. Each endpoint method takes its validated request
+model (`reward_server.protocol`) and the raw request (to notice a client that goes away) and returns its
+response model; every refusal is a `WireError`.
+
+A request's work, once its body has passed: its images are read at the header against the request's pixel
+budget, its judge work is counted (`max_request_items`, 413), then the images are decoded (fitted to the
+judge's pixel range as they are), a cold adapter is waited for, and the work is queued. A request that times
+out or whose client goes away gives its work up; the batch it was in stops at its next backend call once
+nobody waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from judge.images import fitted_size
+from judge.judging import Judge
+from judge.reward_scoring import RewardRequest as PlannerRequest
+from judge.reward_scoring import RewardResult
+from reward_server import protocol
+from reward_server.adapters import adapter_lease, adapter_ready, make_pool, model_name
+from reward_server.batching import Batcher, BatchStopped, Done, JobTimeout, QueueFull, ShuttingDown
+from reward_server.config import ServerConfig
+from reward_server.errors import WireError
+from reward_server.get_reward import GroupPool, Outcome, Sample, judge_samples, openrlhf_answer, read_samples
+from reward_server.metrics import Metrics
+from reward_server.wire_images import decode_range
+from reward_server.work import JudgeWork, RewardWork, decode_images, make_run_batch, plan_items
+
+__all__ = ["CANCEL_GRACE_S", "RewardService"]
+
+log = logging.getLogger("mrjudge.server")
+
+CANCEL_GRACE_S = 1.5
+"""Of the shutdown grace, what the batcher gets after uvicorn's drain to finish or cancel queued work."""
+
+
+class RewardService:
+    """The judge as a reward model for HTTP requests: batching, adapters, planning and the judge calls.
+
+    Args:
+        judge: the judge every endpoint uses; only the batcher's single thread ever calls it.
+        config: batching and input limits.
+    """
+
+    batcher: Batcher
+    """The batching worker, made by `start` (the app's lifespan)."""
+
+    def __init__(self, judge: Judge, config: ServerConfig) -> None:
+        self.judge = judge
+        self.config = config
+        self.metrics = Metrics()
+        self.pool = make_pool(judge, config, self.metrics)
+        if self.pool is not None:
+            self.metrics.watch_adapters(self.pool.counts)
+        self.groups = GroupPool(config.group_size, config.group_wait_s)
+        self.decode_pixels = decode_range(judge)
+
+    async def start(self) -> None:
+        self.batcher = Batcher(
+            make_run_batch(self.judge, self.config.max_candidates, self.pool),
+            max_batch_items=self.config.max_batch_items,
+            max_wait_ms=self.config.max_wait_ms,
+            max_queue=self.config.max_queue,
+            on_batch=self.metrics.batch,
+            on_stopped=self.metrics.batch_stopped,
+        )
+        self.metrics.watch_queue(lambda: self.batcher.depth)
+        # The shrink rule's first call imports transformers' image code: pay that at start, not per request.
+        await run_in_threadpool(fitted_size, 56, 56, max_pixels=1_003_520)
+        await self.batcher.start()
+
+    async def stop(self) -> None:
+        """uvicorn has drained (or, past its graceful timeout, cancelled) the requests; what is left of the
+        shutdown grace goes to finishing queued work, then the rest is cancelled."""
+        await self.batcher.stop(timeout_s=CANCEL_GRACE_S)
+        if self.pool is not None:
+            self.pool.close()
+
+    # -- endpoints ------------------------------------------------------------------------------------------
+
+    async def judge_items(self, body: protocol.JudgeRequest, raw: Request) -> protocol.JudgeResponse:
+        start = time.perf_counter()
+        with adapter_lease(self.pool, body.model) as adapter:
+            items = await run_in_threadpool(body.to_items, self.config)
+            done = await self._submit(raw, JudgeWork(items, adapter), len(items), "items")
+        return protocol.JudgeResponse(verdicts=done.result, model=model_name(adapter), timing=_timing(start, done))
+
+    async def reward(self, body: protocol.RewardRequest, raw: Request) -> protocol.RewardResponse:
+        start = time.perf_counter()
+        with adapter_lease(self.pool, body.model) as adapter:
+            request = await run_in_threadpool(body.to_request, self.config)
+            done = await self._submit(raw, RewardWork([request], adapter), plan_items([request]), "responses")
+        [result] = done.result
+        reasons = ["unparsed" if r is None else "" for r in result.rewards]
+        self.metrics.rewards("/v1/reward", reasons, len(request.images) * len(result.rewards))
+        if any(reasons):
+            log.warning("/v1/reward: %d of %d responses unscored (verdict did not parse)", sum(map(bool, reasons)),
+                        len(reasons))  # fmt: skip
+        return protocol.RewardResponse(
+            rewards=result.rewards,
+            verdicts=result.verdicts,
+            mode=request.mode,
+            model=model_name(adapter),
+            timing=_timing(start, done),
+        )
+
+    async def get_reward(self, body: protocol.GetRewardRequest, raw: Request) -> protocol.GetRewardResponse:
+        start = time.perf_counter()
+        tournament, options = body.tournament or "knockout", self.config.max_candidates
+        with adapter_lease(self.pool, body.model) as adapter:
+            samples = await run_in_threadpool(read_samples, body, self.config)
+
+            async def submit(requests: list[PlannerRequest], cost: int) -> tuple[list[RewardResult], Done]:
+                done = await self._submit(raw, RewardWork(requests, adapter), cost, "query")
+                return done.result, done
+
+            async def run(members: list[Sample]) -> list[Outcome]:
+                return await judge_samples(members, submit, tournament=tournament, max_options=options)
+
+            if self.config.group_size > 1:  # OpenRLHF's one-sample requests: wait for the rest of each group
+                scope = (adapter.ref if adapter else None, tournament)
+                outcomes = list(await asyncio.gather(*(self.groups.add((*scope, *s.key), s, run) for s in samples)))
+            else:
+                outcomes = await run(samples)
+        reasons = [o.reason for o in outcomes]
+        judged_images = sum(len(s.images) for s, r in zip(samples, reasons) if r != "no_reference")
+        self.metrics.rewards("/get_reward", reasons, judged_images)
+        if any(reasons):
+            log.warning(
+                "/get_reward: %d of %d samples unscored (%s); they get the neutral reward with "
+                "extra_logs.judge_scored = 0",
+                sum(map(bool, reasons)), len(reasons), ", ".join(sorted({r for r in reasons if r})),
+            )  # fmt: skip
+        answer = openrlhf_answer(samples, outcomes, start)
+        done = next((o.done for o in outcomes if o.done is not None), None)
+        if done is not None:
+            answer["timing"] = _timing(start, done)
+        return protocol.GetRewardResponse(**answer, model=model_name(adapter))
+
+    def health(self) -> protocol.HealthResponse:
+        running_s = self.batcher.running_for_s
+        stalled = running_s > self.config.request_timeout_s
+        answer = protocol.HealthResponse(
+            status="degraded" if stalled else "ok",
+            backend=getattr(self.judge.backend, "name", type(self.judge.backend).__name__),
+            queue_depth=self.batcher.depth,
+            batch_running_s=round(running_s, 3),
+            max_batch_items=self.config.max_batch_items,
+            max_candidates=self.config.max_candidates,
+        )
+        if stalled:
+            answer.reason = (
+                f"the judge has been on one batch for {running_s:.0f} s, longer than request_timeout_s "
+                f"({self.config.request_timeout_s:g} s)"
+            )
+        return answer
+
+    def adapters(self) -> protocol.AdaptersResponse:
+        pool = self.pool
+        if pool is None:
+            return protocol.AdaptersResponse(store=None, resident=[])
+        return protocol.AdaptersResponse(
+            store=str(pool.store.root),
+            base_fingerprint=pool.base_fingerprint,
+            capacity=pool.capacity,
+            resident=pool.resident(),
+            loads=pool.loads,
+            evictions=pool.evictions,
+            load_failures=pool.load_failures,
+            **{f"{state}_count": n for state, n in pool.counts().items()},
+        )
+
+    # -- queueing -------------------------------------------------------------------------------------------
+
+    async def _submit(self, raw: Request, work: JudgeWork | RewardWork, cost: int, field: str) -> Done:
+        """Check the work budget, decode the images, wait for a cold adapter to load, queue `work` for the judge
+        and wait for it while watching the client; the batcher's refusals become 503 / 504 envelopes."""
+        config = self.config
+        if cost > config.max_request_items:
+            raise WireError(
+                413,
+                field,
+                f"this request expands to {cost} judge items, above max_request_items ({config.max_request_items}); "
+                "split it, or send smaller groups",
+                "too_large",
+            )
+        await run_in_threadpool(decode_images, work, self.decode_pixels)
+
+        async def ready_then_submit() -> Done:
+            load_s = await adapter_ready(self.pool, work.adapter, self.metrics, config.request_timeout_s)
+            done = await self.batcher.submit(work, cost, max(0.001, config.request_timeout_s - load_s))
+            self.metrics.waited("batch", done.queue_ms / 1000)
+            done.load_ms = 1000 * load_s
+            return done
+
+        job = asyncio.ensure_future(ready_then_submit())
+        watch = asyncio.ensure_future(_disconnected(raw))
+        try:
+            await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # uvicorn cancels handlers still running when its graceful shutdown times out; answered here, the
+            # client is told to retry elsewhere (uvicorn would write a bare 500).
+            job.cancel()
+            self.metrics.cancelled("shutdown")
+            raise WireError(503, "", "the server is shutting down; its work was cancelled", "shutting_down") from None
+        finally:
+            watch.cancel()
+        if not job.done():
+            job.cancel()  # the client went away: give the work up
+            self.metrics.cancelled("disconnect")
+            raise WireError(499, "", "the client closed the connection; its work was cancelled", "client_disconnected")
+        if job.cancelled():
+            raise WireError(499, "", "the client closed the connection; its work was cancelled", "client_disconnected")
+        try:
+            return job.result()
+        except QueueFull as exc:
+            retry = {"Retry-After": str(exc.retry_after_s)}
+            raise WireError(503, "", f"{exc}; retry later", "overloaded", retry) from None
+        except (ShuttingDown, BatchStopped) as exc:
+            raise WireError(503, "", str(exc), "shutting_down", {"Retry-After": "5"}) from None
+        except WireError:
+            raise
+        except JobTimeout as exc:
+            self.metrics.cancelled("timeout")
+            message = f"{exc} (request_timeout_s); its remaining work was cancelled"
+            raise WireError(504, "", message, "timeout") from None
+        except ValueError as exc:  # DataError, ImageLoadError: the request, not the server
+            raise WireError(422, "", str(exc), "invalid_request") from None
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes its connection (the body has been read, so nothing else arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # a stray empty body message: keep listening
+
+
+def _timing(start: float, done: Done) -> protocol.Timing:
+    return protocol.Timing(
+        adapter_load_ms=round(done.load_ms, 3),
+        queue_ms=round(done.queue_ms, 3),
+        judge_ms=round(done.judge_ms, 3),
+        total_ms=round(1000 * (time.perf_counter() - start), 3),
+        batch_requests=done.batch_requests,
+        batch_items=done.batch_items,
+    )
