@@ -119,7 +119,7 @@ class Catalogue:
             with open(staging, "rb") as handle:
                 os.fsync(handle.fileno())
             os.rename(staging, self.path)
-            _fsync_dir(self.root)
+            fsync_path(self.root)
             for policy in legacy:  # the index now owns the aliases; keep the old file for reference only
                 refs = self.root / policy / "refs.json"
                 if refs.is_file():
@@ -293,7 +293,8 @@ def _legacy_policies(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and (p / "revisions").is_dir())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file or a folder to disk by path; a folder's fsync makes the renames and new names in it durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

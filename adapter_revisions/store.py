@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapter_revisions.catalogue import Catalogue
+from adapter_revisions.catalogue import Catalogue, fsync_path
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -150,14 +150,6 @@ def _content_id(weights: bytes, config: dict[str, Any]) -> str:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as handle:
         os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class AdapterStore:
@@ -329,7 +321,7 @@ class AdapterStore:
                 metas[revision_id] = meta
             except OSError:  # a twin got there first: the same content
                 shutil.rmtree(staging, ignore_errors=True)
-        _fsync_dir(revisions)
+        fsync_path(revisions)
         for revision_id in dict.fromkeys(order):  # folders that were there already keep their own metadata
             if revision_id not in metas:
                 metas[revision_id] = json.loads((revisions / revision_id / REVISION_META).read_text())
@@ -364,7 +356,7 @@ class AdapterStore:
                         handle.flush()
                         os.fsync(handle.fileno())
                 os.rename(staging, final)  # atomic; fails if a twin save got there first, which is fine
-                _fsync_dir(revisions)
+                fsync_path(revisions)
             except OSError:
                 if not final.exists():
                     raise

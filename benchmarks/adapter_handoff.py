@@ -72,6 +72,7 @@ import os
 import re
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -79,6 +80,7 @@ from typing import Any
 
 import torch
 
+from adapter_revisions.catalogue import fsync_path
 from adapter_revisions.fingerprint import base_fingerprint
 from adapter_revisions.pool import AdapterPool
 from adapter_revisions.store import AdapterStore
@@ -86,6 +88,12 @@ from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.hf import TransformersBackend
 from judge.models import LoadedModel
 from tiny_world.model import build_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/X.py` puts benchmarks/ first, not the root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import qwen2_lm_config  # noqa: E402
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Qwen2 shapes: hidden, layers, heads, kv heads, intermediate, vocab (embeddings untied in all three).
@@ -101,22 +109,7 @@ MAX_ADAPTERS = 1  # one resident revision, as in a GRPO hand-off: each new one r
 
 
 def qwen2_config(shape: str) -> Any:
-    from transformers import Qwen2Config
-
-    hidden, layers, heads, kv_heads, intermediate, vocab = SHAPES[shape]
-    config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=4096,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=False,
-    )
-    config._attn_implementation = "sdpa"
-    return config
+    return qwen2_lm_config(*SHAPES[shape])
 
 
 def build_base(shape: str, seed: int, device: str = "cpu") -> Any:
@@ -194,14 +187,6 @@ def sync() -> None:
     """Wait for queued GPU work, so each phase's time is its own (CUDA runs asynchronously); no-op on CPU."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def merge_drift(peft_model: Any, adapter: str = "default") -> float:

@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/X.py` puts benchmarks/ first, not the root
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.workers import run_worker  # noqa: E402
+from benchmarks.workers import qwen2_lm_config, run_worker  # noqa: E402
 
 # Qwen2-family shapes (hidden, layers, heads, kv heads, intermediate, vocab, tied embeddings).
 MODEL_SIZES: dict[str, tuple[int, int, int, int, int, int, bool]] = {
@@ -106,21 +106,9 @@ def _stop_over_cap(base_mib: float, cap_mib: float) -> None:
 
 def build_model(size: str, device: str, dtype: Any, seed: int, max_positions: int) -> Any:
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import AutoModelForCausalLM
 
-    hidden, layers, heads, kv_heads, intermediate, vocab, tied = MODEL_SIZES[size]
-    config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=max(max_positions, 4096),
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=tied,
-    )
-    config._attn_implementation = "sdpa"
+    config = qwen2_lm_config(*MODEL_SIZES[size], max_positions=max(max_positions, 4096))
     torch.manual_seed(seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)

@@ -126,6 +126,8 @@ def data_url(size: int, seed: int) -> str:
 
 
 def png_claiming(width: int, height: int) -> bytes:
+    """A tiny PNG whose header claims `width` x `height` pixels: a decompression bomb's calling card."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 

@@ -36,3 +36,47 @@ def run_worker(
     if done.returncode != 0 or not lines:
         return {"ok": False, "returncode": done.returncode, "stderr": done.stderr[-600:]}
     return json.loads(lines[-1])
+
+
+def run_benchmark(script: str, *args: str, timeout: float, stderr_tail: int = 4000) -> dict[str, Any]:
+    """`python benchmarks/SCRIPT ARGS` from the project root, as a user runs it; the JSON line it prints last.
+
+    For tests that run a whole benchmark end to end; a failed run raises with the tail of its stderr.
+    """
+    command = [sys.executable, f"benchmarks/{script}", *args]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} exited {done.returncode}:\n{done.stderr[-stderr_tail:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def qwen2_lm_config(
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    vocab: int,
+    tied: bool = False,
+    *,
+    max_positions: int = 4096,
+) -> Any:
+    """A Qwen2 causal-LM config from a benchmark's shape-table row (Qwen2.5's rope base, SDPA attention).
+
+    The benchmarks build random-weight models of named sizes from such rows; one builder keeps them alike.
+    """
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=tied,
+    )
+    config._attn_implementation = "sdpa"
+    return config

@@ -78,14 +78,12 @@ class SceneDescriber:
 
     def __call__(self, rows: list[Row]) -> list[Row]:
         from data_synthesis.world import Scene, describe_scene
+        from data_synthesis.world.files import require_world
 
         out = []
         for row in rows:
-            if "world" not in row:
-                raise ValueError(
-                    f"row {row['id']!r} has no synthetic-world scene; use --describer model for other data"
-                )
-            description = describe_scene(Scene.from_dict(row["world"]["scene"]))
+            world = require_world(row, "; use --describer model for other data")
+            description = describe_scene(Scene.from_dict(world["scene"]))
             out.append(
                 {**row, "description": description, "description_meta": {"describer": self.name, "prompt": None}}
             )

@@ -235,14 +235,13 @@ class SceneNegatives:
 
     def __call__(self, rows: list[Row]) -> list[Row]:
         from data_synthesis.world import scene_negatives, world_item_from_row
+        from data_synthesis.world.files import require_world
 
         out = []
         for row in rows:
-            if "world" not in row:
-                raise ValueError(
-                    f"row {row['id']!r} has no synthetic-world scene: the scene generator works on "
-                    "`mrjudge synth world` output; use --generator model for other data"
-                )
+            require_world(
+                row, ": the scene generator works on `mrjudge synth world` output; use --generator model for other data"
+            )
             rng = random.Random(f"{self.seed}:{row['id']}:negatives")
             made = scene_negatives(world_item_from_row(row), self.n, rng)
             kept, rejected = screen_negatives(row["answer"], made)

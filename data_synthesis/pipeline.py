@@ -106,6 +106,37 @@ def load_rows(input_dir: str | Path, stage: str, out_dir: str | Path) -> list[Ro
     return _rebase(rows, input_dir, out_dir)
 
 
+@dataclass(frozen=True)
+class StageRun:
+    """How a per-row synthesis stage runs (the options every stage function takes), and the run itself."""
+
+    shard: Shard
+    batch_size: int
+    concurrency: int
+    max_failed_fraction: float
+    show_progress: bool
+    engine: Executor | None
+
+    def run(
+        self, stage: str, rows: list[Row], process: Any, out_dir: str | Path, model: ModelSpec | None, **options: Any
+    ) -> tuple[list[Row], dict[str, Any]]:
+        """`run_stage` with the model's own concurrency limit, then refuse a stage with too many failed rows."""
+        _, summary = result = run_stage(
+            stage,
+            rows,
+            process,
+            out_dir,
+            shard=self.shard,
+            batch_size=self.batch_size,
+            show_progress=self.show_progress,
+            engine=self.engine,
+            concurrency=_concurrency(self.concurrency, model),
+            **options,
+        )
+        check_failures(summary, self.max_failed_fraction)
+        return result
+
+
 def run_negatives(
     input_dir: str | Path,
     out_dir: str | Path,
@@ -142,21 +173,10 @@ def run_negatives(
         process = _on_model(ModelNegatives, model, **options)
     else:
         raise ValueError(f"--generator must be 'model' or 'scene', got {generator!r}")
-    _, summary = result = run_stage(
-        "negatives",
-        rows,
-        process,
-        out_dir,
-        shard=shard,
-        batch_size=batch_size,
-        summarize=summarize_negatives,
-        show_progress=show_progress,
-        engine=engine,
-        concurrency=_concurrency(concurrency, model if generator == "model" else None),
-        tokens=negatives_tokens,
+    used = model if generator == "model" else None
+    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine).run(
+        "negatives", rows, process, out_dir, used, summarize=summarize_negatives, tokens=negatives_tokens
     )
-    check_failures(summary, max_failed_fraction)
-    return result
 
 
 def run_describe(
@@ -188,20 +208,10 @@ def run_describe(
         process = _on_model(ModelDescriber, model, params=params, image_root=out_dir)
     else:
         raise ValueError(f"--describer must be 'model' or 'scene', got {describer!r}")
-    _, summary = result = run_stage(
-        "described",
-        rows,
-        process,
-        out_dir,
-        shard=shard,
-        batch_size=batch_size,
-        show_progress=show_progress,
-        engine=engine,
-        concurrency=_concurrency(concurrency, model if describer == "model" else None),
-        tokens=described_tokens,
+    used = model if describer == "model" else None
+    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine).run(
+        "described", rows, process, out_dir, used, tokens=described_tokens
     )
-    check_failures(summary, max_failed_fraction)
-    return result
 
 
 def run_assemble(

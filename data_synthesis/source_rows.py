@@ -17,9 +17,9 @@ parallel, after the text of the row has passed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from judge.types import DataError
 
@@ -136,26 +136,49 @@ def _field_text(row: Mapping[str, Any], field: str, fields: FieldMap, where: str
     return _text(row[column], field, where)
 
 
+class Turns(NamedTuple):
+    """How one conversation format names its turns, for `_pair_turns`'s messages."""
+
+    field: str  # the row field the conversation is in
+    unit: str  # "turn" or "message"
+    ask: Collection[str]  # speakers whose turn is a question
+    answer: Collection[str]  # speakers whose turn answers it
+    ask_name: str
+    answer_name: str
+    last: str  # what a conversation must end with
+
+
+def _pair_turns(turns: Iterable[tuple[Any, Any]], where: str, kinds: Turns, got: str = "") -> list[tuple[str, str]]:
+    """(question, answer) pairs from `(speaker, text)` turns that alternate ask and answer; system turns skipped."""
+    pairs: list[tuple[str, str]] = []
+    pending: str | None = None
+    for number, (speaker, value) in enumerate(turns):
+        turn_where = f"{where} {kinds.unit} {number}"
+        if speaker in kinds.ask and pending is None:
+            pending = _text(value, "question", turn_where)
+        elif speaker in kinds.answer and pending is not None:
+            pairs.append((pending, _text(value, "answer", turn_where)))
+            pending = None
+        elif speaker != "system":
+            expected = kinds.ask_name if pending is None else kinds.answer_name
+            article = "an" if expected[0] in "aeiou" else "a"
+            problem = f"expected {article} {expected} {kinds.unit}, got {got}{speaker!r}"
+            fix = f"alternate {kinds.ask_name} and {kinds.answer_name} {kinds.unit}s"
+            raise DataError(kinds.field, problem, fix, turn_where)
+    if pending is not None or not pairs:
+        problem = f"the last {kinds.ask_name} {kinds.unit} has no answer"
+        raise DataError(kinds.field, problem, f"end with {kinds.last}", where)
+    return pairs
+
+
 def _llava_turns(conversation: Any, where: str) -> list[tuple[str, str]]:
     """(human, gpt) pairs of a LLaVA conversation; system turns are skipped."""
     if not isinstance(conversation, list):
         raise DataError("conversations", "expected a list of turns", 'use [{"from": "human", "value": ...}]', where)
-    pairs: list[tuple[str, str]] = []
-    pending: str | None = None
-    for number, turn in enumerate(conversation):
-        speaker = turn.get("from") if isinstance(turn, Mapping) else None
-        turn_where = f"{where} turn {number}"
-        if speaker in _HUMAN and pending is None:
-            pending = _text(turn.get("value"), "question", turn_where)
-        elif speaker in _GPT and pending is not None:
-            pairs.append((pending, _text(turn.get("value"), "answer", turn_where)))
-            pending = None
-        elif speaker != "system":
-            problem = f"expected a {'human' if pending is None else 'gpt'} turn, got {speaker!r}"
-            raise DataError("conversations", problem, "alternate human and gpt turns", turn_where)
-    if pending is not None or not pairs:
-        raise DataError("conversations", "the last human turn has no answer", "end with a gpt turn", where)
-    return pairs
+    turns = (
+        (turn.get("from"), turn.get("value")) if isinstance(turn, Mapping) else (None, None) for turn in conversation
+    )
+    return _pair_turns(turns, where, Turns("conversations", "turn", _HUMAN, _GPT, "human", "gpt", "a gpt turn"))
 
 
 def _is_messages(value: Any) -> bool:
@@ -191,23 +214,17 @@ def _content(content: Any, where: str) -> tuple[str, int, list[Any]]:
 
 def _message_turns(messages: list[Mapping[str, Any]], where: str) -> tuple[list[tuple[str, str]], int, list[Any]]:
     """(user, assistant) pairs of a TRL conversation, its image-part count and any images the parts carry."""
-    pairs: list[tuple[str, str]] = []
-    pending: str | None = None
     placeholders, inline = 0, []
-    for number, message in enumerate(messages):
-        role, turn_where = message.get("role"), f"{where} message {number}"
-        text, count, carried = _content(message.get("content"), turn_where)
-        placeholders, inline = placeholders + count, inline + carried
-        if role == "user" and pending is None:
-            pending = _text(text, "question", turn_where)
-        elif role == "assistant" and pending is not None:
-            pairs.append((pending, _text(text, "answer", turn_where)))
-            pending = None
-        elif role != "system":
-            problem = f"expected a {'user' if pending is None else 'assistant'} message, got role {role!r}"
-            raise DataError("messages", problem, "alternate user and assistant messages", turn_where)
-    if pending is not None or not pairs:
-        raise DataError("messages", "the last user message has no answer", "end with an assistant message", where)
+
+    def turns() -> Iterator[tuple[Any, str]]:
+        nonlocal placeholders, inline
+        for number, message in enumerate(messages):  # each message's content is read before its role is checked
+            text, count, carried = _content(message.get("content"), f"{where} message {number}")
+            placeholders, inline = placeholders + count, inline + carried
+            yield message.get("role"), text
+
+    kinds = Turns("messages", "message", ("user",), ("assistant",), "user", "assistant", "an assistant message")
+    pairs = _pair_turns(turns(), where, kinds, got="role ")
     if inline and len(inline) != placeholders:
         raise DataError("messages", "some image parts carry an image and some do not", "put all in `images`", where)
     return pairs, placeholders, inline

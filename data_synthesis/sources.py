@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from typing import Any
 from data_synthesis.records import SFTRecord
 from data_synthesis.source_images import ImageStore
 from data_synthesis.source_rows import FieldMap, ParsedRow, parse_row, row_id
-from jobs.jsonl import InputError, read_jsonl, write_json_atomic
+from jobs.jsonl import InputError, atomic_writer, read_json_list, read_jsonl, write_json_atomic
 from judge.images import ImageLoadError
 from judge.types import DataError
 
@@ -134,13 +133,10 @@ def _undecoded_rows(dataset: Any) -> Iterator[dict[str, Any]]:
 
 
 def _json_list(path: Path, label: str) -> list[Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno}) — fix the file") from exc
-    if not isinstance(data, list):
-        raise InputError(f"{label}: expected a JSON list of objects, got {type(data).__name__} — use LLaVA style")
-    return data
+    """A LLaVA-style JSON file's rows."""
+    return read_json_list(
+        path, label, "a JSON list of objects", bad_json_hint=" — fix the file", not_list_hint=" — use LLaVA style"
+    )
 
 
 def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
@@ -273,29 +269,21 @@ def write_records(
     path = out / "records.jsonl"
     skipped: list[Skipped] = []
     rows = records = multi_image = 0
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".records.jsonl.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for result in _rows(source, out, **kwargs):
-                rows += 1
-                if isinstance(result, Skipped):
-                    skipped.append(result)
-                    continue
-                multi_image += isinstance(result[0].image, list)
-                for record in result:
-                    handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-                    records += 1
-            handle.flush()
-            os.fsync(handle.fileno())
+    with atomic_writer(path) as handle:  # raising inside leaves no records.jsonl
+        for result in _rows(source, out, **kwargs):
+            rows += 1
+            if isinstance(result, Skipped):
+                skipped.append(result)
+                continue
+            multi_image += isinstance(result[0].image, list)
+            for record in result:
+                handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+                records += 1
         if not rows:
             raise InputError(f"{source}: no rows to read — check the file, the split or --limit")
         fraction = len(skipped) / rows
         if fraction > max_bad_fraction:
             raise InputError(_too_many(source, skipped, rows, max_bad_fraction))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     summary = {
         "stage": "records",
         "source": str(source),

@@ -22,7 +22,6 @@ Metrics: `overall_accuracy`, `accuracy_<category>` (`/` and spaces become `_`), 
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -31,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from eval.bootstrap import BOOTSTRAP_RESAMPLES, RatioSet, bootstrap_intervals, interval_keys
-from eval.pairwise import PairItem, PairItems, consistency_metrics, resolve_image_paths
+from eval.official_calls import official_request, official_sampling
+from eval.pairwise import PairItem, PairItems, consistency_metrics, prediction_row, resolve_image_paths
 from eval.pairwise_run import PairwiseBenchmark
 from eval.provenance import provenance_of, row_sha256, with_image_file
-from jobs.jsonl import InputError, parse_records, read_jsonl
-from judge.backends.base import Backend, ChatRequest, SamplingParams
+from jobs.jsonl import InputError, parse_records, read_json_list, read_jsonl
+from judge.backends.base import Backend
 from judge.images import load_image
-from judge.judging import batch_seed, item_rng
+from judge.judging import item_rng
 from judge.types import DataError
 
 __all__ = [
@@ -151,12 +151,7 @@ def load_multimodal_rewardbench(
     if path.suffix == ".jsonl":
         rows = [(f"line {n}", row) for n, row in read_jsonl(path)]
     else:
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-        if not isinstance(loaded, list):
-            raise InputError(f"{path}: expected a JSON list of items (all_data.json), got {type(loaded).__name__}")
+        loaded = read_json_list(path, str(path), "a JSON list of items (all_data.json)")
         rows = [(f"item {i}", row) for i, row in enumerate(loaded)]
     items = parse_records(rows, _item_from_row, path)
     items = items[:limit] if limit is not None else items
@@ -191,30 +186,15 @@ class MMRBConfig:
 
 def official_predict(backend: Backend, items: Sequence[PairItem], config: MMRBConfig) -> list[dict[str, Any]]:
     """One official call per item, Output1 shown as A."""
-    requests = []
-    for item in items:
-        text = official_prompt(item.query, item.responses[0], item.responses[1])
-        messages = [{"role": "user", "content": [{"type": "text", "text": text}, {"type": "image"}]}]
-        requests.append(ChatRequest(messages=messages, images=[load_image(item.image)]))
-    params = SamplingParams(
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        seed=batch_seed(config.seed, items),
-    )
-    rows = []
-    for item, generation in zip(items, backend.generate(requests, params)):
-        rows.append(
-            {
-                "id": item.id,
-                "group": item.group,
-                "source": item.source,
-                "preferred": item.preferred,
-                "pred": parse_official(generation.text),
-                "raw": [generation.text],
-            }
-        )
-    return rows
+    requests = [
+        official_request(official_prompt(item.query, item.responses[0], item.responses[1]), load_image(item.image))
+        for item in items
+    ]
+    generations = backend.generate(requests, official_sampling(config, items))
+    return [
+        prediction_row(item, pred=parse_official(generation.text), raw=[generation.text])
+        for item, generation in zip(items, generations)
+    ]
 
 
 def score(

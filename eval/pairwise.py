@@ -25,6 +25,7 @@ __all__ = [
     "consistency_metrics",
     "group_accuracies",
     "mc_predict",
+    "prediction_row",
     "resolve_image_paths",
 ]
 
@@ -89,6 +90,10 @@ def group_accuracies(decisions: Iterable[tuple[str, bool | None]]) -> dict[str, 
     return dict(counts)
 
 
+_VERDICT_FIELDS = ("votes", "consistent", "probs", "raw", "usage")
+"""The verdict's fields an MC-mode prediction row keeps, after `pred`, in this order."""
+
+
 def mc_predict(judge: Judge, items: Sequence[PairItem]) -> list[dict[str, Any]]:
     """Our MC judge on pairwise items: the two responses as candidates A/B, in both display orders.
 
@@ -98,23 +103,15 @@ def mc_predict(judge: Judge, items: Sequence[PairItem]) -> list[dict[str, Any]]:
     mc_items = [
         MCItem(id=item.id, image=item.image, question=item.query, candidates=list(item.responses)) for item in items
     ]
-    rows = []
-    for item, verdict in zip(items, judge.select(mc_items)):
-        rows.append(
-            {
-                "id": item.id,
-                "group": item.group,
-                "source": item.source,
-                "preferred": item.preferred,
-                "pred": verdict.choice,
-                "votes": verdict.votes,
-                "consistent": verdict.consistent,
-                "probs": verdict.probs,
-                "raw": verdict.raw,
-                "usage": verdict.usage,
-            }
-        )
-    return rows
+    return [
+        prediction_row(item, pred=verdict.choice, **{name: getattr(verdict, name) for name in _VERDICT_FIELDS})
+        for item, verdict in zip(items, judge.select(mc_items))
+    ]
+
+
+def prediction_row(item: PairItem, **fields: Any) -> dict[str, Any]:
+    """A `predictions.jsonl` row of either benchmark and mode: the item's keys first, then the mode's `fields`."""
+    return {"id": item.id, "group": item.group, "source": item.source, "preferred": item.preferred, **fields}
 
 
 def resolve_image_paths(

@@ -36,14 +36,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eval.bootstrap import BOOTSTRAP_RESAMPLES
-from eval.pairwise import PairItem, PairItems, consistency_metrics, resolve_image_paths
+from eval.official_calls import official_request, official_sampling
+from eval.pairwise import PairItem, PairItems, consistency_metrics, prediction_row, resolve_image_paths
 from eval.pairwise_run import PairwiseBenchmark
 from eval.provenance import provenance_of, row_sha256, with_image_file
-from eval.vlrb_readings import CALPY_KS, READINGS, Unit, calpy_units, default_headline_k, unit_metrics
+from eval.vlrb_readings import CALPY_KS, READINGS, Unit, calpy_units, default_headline_k, majority, unit_metrics
 from jobs.jsonl import InputError, read_jsonl
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
-from judge.judging import batch_seed, item_rng
+from judge.judging import item_rng
 from judge.types import DataError
 
 __all__ = [
@@ -339,11 +340,7 @@ def item_outcome(outcomes: Sequence[str]) -> Outcome:
     >>> item_outcome(["agree", "agree", "reject"]), item_outcome(["agree", "reject"])
     ('agree', 'other')
     """
-    half = len(outcomes) / 2
-    for outcome in ("agree", "reject", "doesntMatch"):
-        if outcomes.count(outcome) > half:
-            return outcome  # type: ignore[return-value]
-    return "other"
+    return majority(outcomes)  # type: ignore[return-value]  # the same rule as cal.py's reading
 
 
 @dataclass
@@ -366,18 +363,9 @@ def official_predict(backend: Backend, items: Sequence[PairItem], config: VLRBCo
         image = load_image(item.image)
         for call in range(config.k):
             display = [0, 1] if item_rng(config.seed, item.id, f"call{call}").randrange(2) == 0 else [1, 0]
-            text = official_prompt(item.query, [item.responses[i] for i in display])
-            # The official client sends the text part first, then the image.
-            messages = [{"role": "user", "content": [{"type": "text", "text": text}, {"type": "image"}]}]
-            requests.append(ChatRequest(messages=messages, images=[image]))
+            requests.append(official_request(official_prompt(item.query, [item.responses[i] for i in display]), image))
             displays.append(display)
-    params = SamplingParams(
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        seed=batch_seed(config.seed, items),
-    )
-    generations = backend.generate(requests, params)
+    generations = backend.generate(requests, official_sampling(config, items))
     rows = []
     for i, item in enumerate(items):
         calls = []
@@ -387,18 +375,8 @@ def official_predict(backend: Backend, items: Sequence[PairItem], config: VLRBCo
             calls.append({"display": displays[j], "answer": answer, "outcome": outcome})
         status = item_outcome([c["outcome"] for c in calls])
         pred = {"agree": item.preferred, "reject": 1 - item.preferred}.get(status)
-        rows.append(
-            {
-                "id": item.id,
-                "group": item.group,
-                "source": item.source,
-                "preferred": item.preferred,
-                "pred": pred,
-                "status": status,
-                "calls": calls,
-                "raw": [generations[j].text for j in range(i * config.k, (i + 1) * config.k)],
-            }
-        )
+        raw = [generations[j].text for j in range(i * config.k, (i + 1) * config.k)]
+        rows.append(prediction_row(item, pred=pred, status=status, calls=calls, raw=raw))
     return rows
 
 

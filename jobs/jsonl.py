@@ -12,17 +12,20 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from judge.types import DataError
 
 __all__ = [
     "InputError",
     "ResumableJsonlWriter",
+    "atomic_writer",
     "parse_records",
     "raise_problems",
     "read_complete_rows",
+    "read_json_list",
     "read_jsonl",
     "read_records",
     "write_json_atomic",
@@ -106,37 +109,48 @@ def raise_problems(
     raise InputError(f"{total} problem(s) in {source}:\n" + "\n".join(shown))
 
 
-def write_jsonl_atomic(path: str | Path, rows: Iterable[Any]) -> None:
-    """Write rows to `path` through a temporary file in the same folder and an atomic rename."""
+def read_json_list(
+    path: str | Path, label: str, expected: str, *, bad_json_hint: str = "", not_list_hint: str = ""
+) -> list[Any]:
+    """A JSON file whose top level is a list (`expected` words it in the error); other files raise `InputError`."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno}){bad_json_hint}") from exc
+    if not isinstance(data, list):
+        raise InputError(f"{label}: expected {expected}, got {type(data).__name__}{not_list_hint}")
+    return data
+
+
+@contextmanager
+def atomic_writer(path: str | Path) -> Iterator[TextIO]:
+    """A text handle on a temporary file beside `path`, fsynced and renamed onto `path` when the block ends
+    (deleted when it raises), so readers see the whole file or none of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_jsonl_atomic(path: str | Path, rows: Iterable[Any]) -> None:
+    """Write rows to `path` through a temporary file in the same folder and an atomic rename."""
+    with atomic_writer(path) as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write `text` through a temporary file, an fsync and a rename, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path) as handle:
+        handle.write(text)
 
 
 def write_json_atomic(path: str | Path, value: Any) -> None:

@@ -152,14 +152,7 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
             from judge.backends.openai_http import OpenAIBackend
 
             scoring.llm_parse = OpenAIBackend(args.llm_parse, model_name=args.llm_parse_model, api_key=args.api_key)
-    run = dict(
-        scoring=scoring,
-        out=args.out,
-        judge_name=args.model,
-        batch_size=args.batch_size,
-        show_progress=not args.quiet,
-        engine=engine,
-    )
+    run = dict(scoring=scoring, out=args.out, judge_name=args.model, **_batching(args, engine))
     if args.predictions is not None:
         title, metrics = run_pairwise_benchmark(bench, items, predictions=args.predictions, **run)
     elif args.model is None:
@@ -189,12 +182,18 @@ def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
     )
 
 
+def _batching(args: argparse.Namespace, engine: Any) -> dict[str, Any]:
+    """How every benchmark run of this command batches, reports progress and runs its model calls."""
+    return dict(batch_size=args.batch_size, show_progress=not args.quiet, engine=engine)
+
+
 def run_mmvet_cli(args: argparse.Namespace) -> int:
     from eval import mmvet
     from eval.run import mmvet_candidates
     from judge.backends.openai_http import OpenAIBackend
 
     engine = engine_from(args)
+    run = dict(seed=args.seed, **_batching(args, engine))
     questions = mmvet.load_mmvet(args.data, args.images, limit=args.limit)
     policy = None
     if args.policy:
@@ -207,10 +206,7 @@ def run_mmvet_cli(args: argparse.Namespace) -> int:
         n=args.n,
         temperature=args.policy_temperature,
         max_new_tokens=args.policy_max_new_tokens,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        show_progress=not args.quiet,
-        engine=engine,
+        **run,
     )
     judge = make_judge(args, engine)
     grader = OpenAIBackend(args.grader_url, model_name=args.grader_model, api_key=args.grader_api_key)
@@ -220,10 +216,7 @@ def run_mmvet_cli(args: argparse.Namespace) -> int:
         candidates,
         grader,
         args.out,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        show_progress=not args.quiet,
-        engine=engine,
+        **run,
         num_runs=args.num_runs,
         data_source=str(args.data),
     )

@@ -171,6 +171,8 @@ def _placeholder_inputs(folder: Path) -> None:
     import datasets
     from PIL import Image
 
+    from tiny_world.bench_files import vlrb_features
+
     (folder / "img").mkdir()
     items = []
     for i, colour in enumerate(("red", "blue")):
@@ -192,16 +194,7 @@ def _placeholder_inputs(folder: Path) -> None:
         "image": [Image.new("RGB", (28, 28), (i * 80, 0, 0)) for i in range(3)],
         "human_ranking": [[0, 1], [0, 1], [1, 0]],
     }
-    features = datasets.Features(
-        {
-            "id": datasets.Value("string"),
-            "query": datasets.Value("string"),
-            "response": datasets.Sequence(datasets.Value("string")),
-            "image": datasets.Image(),
-            "human_ranking": datasets.Sequence(datasets.Value("int64")),
-        }
-    )
-    datasets.Dataset.from_dict(rows, features=features).to_parquet(str(folder / "test.parquet"))
+    datasets.Dataset.from_dict(rows, features=vlrb_features(sources=False)).to_parquet(str(folder / "test.parquet"))
     predictions = [{"id": "RLAIF-V_1", "pred": 0}, {"id": "mmmu_2", "pred": 1}, {"id": "wildvision_3", "pred": 1}]
     (folder / "preds.jsonl").write_text("".join(json.dumps(p) + "\n" for p in predictions))
 

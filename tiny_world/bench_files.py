@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
@@ -71,20 +72,26 @@ def write_vlrb_parquet(folder: Path) -> Path:
     rows = vlrb_rows(folder)
     for row in rows:
         row["image"] = {"bytes": (folder / row["image"]).read_bytes(), "path": None}
-    features = datasets.Features(
-        {
-            "id": datasets.Value("string"),
-            "query": datasets.Value("string"),
-            "response": datasets.Sequence(datasets.Value("string")),
-            "image": datasets.Image(),
-            "human_ranking": datasets.Sequence(datasets.Value("int64")),
-            "models": datasets.Sequence(datasets.Value("string")),
-            "query_source": datasets.Value("string"),
-        }
-    )
     path = folder / "test-00000-of-00001.parquet"
-    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
+    datasets.Dataset.from_list(rows, features=vlrb_features()).to_parquet(str(path))
     return path
+
+
+def vlrb_features(*, sources: bool = True) -> Any:
+    """VL-RewardBench's hub schema as datasets `Features`; `sources=False` leaves out `models` and `query_source`
+    (the columns the loader does not need), as a minimal hand-made file would."""
+    import datasets
+
+    columns = {
+        "id": datasets.Value("string"),
+        "query": datasets.Value("string"),
+        "response": datasets.Sequence(datasets.Value("string")),
+        "image": datasets.Image(),
+        "human_ranking": datasets.Sequence(datasets.Value("int64")),
+    }
+    if sources:
+        columns.update(models=datasets.Sequence(datasets.Value("string")), query_source=datasets.Value("string"))
+    return datasets.Features(columns)
 
 
 MMRB_ROWS = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,11 +23,14 @@ from judge.config import config_values, parse_key_values
 __all__ = [
     "JudgeModelArguments",
     "RankFingerprintCallback",
+    "build_trainer",
+    "load_training_model",
     "VisionLearningRateMixin",
     "with_vision_learning_rate",
     "latest_checkpoint",
     "load_config",
     "parameter_fingerprint",
+    "post_init_next",
     "prepare_model",
     "run_recipe",
     "save_resolved_config",
@@ -137,9 +140,15 @@ class JudgeModelArguments:
         from judge.images import PixelRange
 
         PixelRange(self.min_pixels, self.max_pixels)  # refused when the config loads
-        parent = getattr(super(), "__post_init__", None)  # the TRL config this is mixed into, if any
-        if parent is not None:
-            parent()
+        post_init_next(self, JudgeModelArguments)
+
+
+def post_init_next(config: Any, mixin: type) -> None:
+    """Run the `__post_init__` after `mixin`'s in `config`'s MRO, if any: a field mixin's checks, then those of the
+    next mixin or of the TRL config it is mixed into."""
+    parent = getattr(super(mixin, config), "__post_init__", None)
+    if parent is not None:
+        parent()
 
 
 def load_config(
@@ -248,6 +257,44 @@ def prepare_model(
             task_type="CAUSAL_LM",
         )
     return model, processor, peft_config
+
+
+def load_training_model(config: Any, checkpoint: str | None, *, left_pad: bool = False) -> tuple[Any, Any, Any]:
+    """`prepare_model` in the recipe's dtype (bf16 or float32); `left_pad` for GRPO, whose prompts TRL left-pads:
+    the processor must pad the same way, or Qwen2.5-VL's mm_token_type_ids land beside the image tokens."""
+    import torch
+
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
+    if left_pad:
+        getattr(processor, "tokenizer", processor).padding_side = "left"
+    return model, processor, peft_config
+
+
+def build_trainer(
+    trainer_class: type,
+    config: Any,
+    loaded: tuple[Any, Any, Any],
+    load_dataset: Callable[[str], Any],
+    *,
+    callbacks: list[Any] | None = None,
+    **extra: Any,
+) -> Any:
+    """`trainer_class` (with the vision learning rate when set) over `loaded` = (model, processor, peft_config),
+    the config's train and optional eval files read by `load_dataset`; `extra` are trainer keywords (rewards)."""
+    model, processor, peft_config = loaded
+    train = load_dataset(config.train_file)
+    evaluation = load_dataset(config.eval_file) if config.eval_file else None
+    return with_vision_learning_rate(trainer_class, config)(
+        model=model,
+        args=config,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=processor,
+        peft_config=peft_config,
+        callbacks=callbacks,
+        **extra,
+    )
 
 
 def _absolute_if_local(path: str) -> str:

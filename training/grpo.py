@@ -25,7 +25,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from judge.prompt import PromptConfig
-from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
+from training.common import JudgeModelArguments, build_trainer, load_training_model, run_recipe
 from training.data import load_grpo_dataset
 from training.judge_reward import JudgeReward
 
@@ -79,26 +79,17 @@ class JudgeGRPOConfig(JudgeModelArguments, GRPOConfig):
 def build_grpo_trainer(
     config: JudgeGRPOConfig, *, callbacks: list[Any] | None = None, checkpoint: str | None = None
 ) -> Any:
-    import torch
     from trl import GRPOTrainer
 
-    dtype = torch.bfloat16 if config.bf16 else torch.float32
-    model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
-    # TRL left-pads prompt ids and re-encodes the images with the processor's own padding: the two must
-    # agree, or Qwen2.5-VL's mm_token_type_ids land beside the image tokens and the rotary index fails.
-    getattr(processor, "tokenizer", processor).padding_side = "left"
+    loaded = load_training_model(config, checkpoint, left_pad=True)
     prompt, keep = config.prompt_config(), config.keep_text_only_rows
-    train = load_grpo_dataset(config.train_file, prompt, keep_text_only=keep)
-    evaluation = load_grpo_dataset(config.eval_file, prompt, keep_text_only=keep) if config.eval_file else None
-    return with_vision_learning_rate(GRPOTrainer, config)(
-        model=model,
-        args=config,
-        reward_funcs=[config.reward()],
-        train_dataset=train,
-        eval_dataset=evaluation,
-        processing_class=processor,
-        peft_config=peft_config,
+    return build_trainer(
+        GRPOTrainer,
+        config,
+        loaded,
+        lambda path: load_grpo_dataset(path, prompt, keep_text_only=keep),
         callbacks=callbacks,
+        reward_funcs=[config.reward()],
     )
 
 

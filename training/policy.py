@@ -28,7 +28,7 @@ from trl import GRPOConfig
 from judge.reward_base import GroupedJudgeReward
 from judge.reward_spec import HttpRewardSpec, InProcessRewardSpec, RewardSpec, reward_spec
 from judge.reward_wire import RetryPolicy
-from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
+from training.common import JudgeModelArguments, build_trainer, load_training_model, run_recipe
 from training.policy_keys import nest_reward_keys
 from training.replay_trainer import ReplayArguments
 
@@ -169,29 +169,22 @@ def build_policy_trainer(
     config: JudgePolicyGRPOConfig, *, callbacks: list[Any] | None = None, checkpoint: str | None = None
 ) -> Any:
     """A `GRPOTrainer` for the policy, with the judge reward wired in (built lazily: nothing is judged yet)."""
-    import torch
     from trl import GRPOTrainer
 
     from training.replay_trainer import ReplayGRPOTrainer
 
-    dtype = torch.bfloat16 if config.bf16 else torch.float32
-    model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
-    getattr(processor, "tokenizer", processor).padding_side = "left"  # TRL left-pads prompts (see training.grpo)
-    is_vlm = getattr(model.config, "vision_config", None) is not None
+    loaded = load_training_model(config, checkpoint, left_pad=True)  # TRL left-pads prompts
+    is_vlm = getattr(loaded[0].config, "vision_config", None) is not None
     options = dict(policy_sees_images=is_vlm, keep_text_only=config.keep_text_only_rows)
-    train = load_prompt_dataset(config.train_file, **options)
-    evaluation = load_prompt_dataset(config.eval_file, **options) if config.eval_file else None
     image_columns = ("images", "image") if is_vlm else (TEXT_POLICY_IMAGE_COLUMN,)
     trainer_class = ReplayGRPOTrainer if config.replay_shared_prompt else GRPOTrainer  # same loss, less memory
-    trainer = with_vision_learning_rate(trainer_class, config)(
-        model=model,
-        args=config,
-        reward_funcs=[config.reward_function(image_columns)],
-        train_dataset=train,
-        eval_dataset=evaluation,
-        processing_class=processor,
-        peft_config=peft_config,
+    trainer = build_trainer(
+        trainer_class,
+        config,
+        loaded,
+        lambda path: load_prompt_dataset(path, **options),
         callbacks=callbacks,
+        reward_funcs=[config.reward_function(image_columns)],
     )
     if config.adapter_handoff:
         from training.handoff import AdapterHandoff, install_adapter_handoff

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from training.common import post_init_next
 from training.replay import (
     GRPOLoss,
     ReplayBatch,
@@ -76,9 +77,7 @@ class ReplayArguments:
     )
 
     def __post_init__(self) -> None:
-        parent = getattr(super(), "__post_init__", None)  # the GRPOConfig this is mixed into, if any
-        if parent is not None:
-            parent()
+        post_init_next(self, ReplayArguments)  # the GRPOConfig this is mixed into, if any
         if self.replay_branch_batch < 1:
             raise ValueError(f"replay_branch_batch must be >= 1, got {self.replay_branch_batch}")
         if self.replay_prompt_chunk < 0:
@@ -122,6 +121,16 @@ class ReplayGRPOTrainer(GRPOTrainer):
             )
         return GRPOLoss.from_config(args)
 
+    def _replay_options(self) -> dict[str, Any]:
+        """What the log-prob pass and the loss's backward both run replay with: the sampling temperature,
+        branch batch, LM-head precision and prompt chunk."""
+        return {
+            "temperature": self.temperature,
+            "branch_batch": self.replay_branch_batch,
+            "head_fp32": self.args.cast_lm_head_to_fp32,
+            "prompt_chunk": getattr(self.args, "replay_prompt_chunk", 0),
+        }
+
     # -- log-probs without autograd (old policy, reference, evaluation) ----------------------------------
 
     def _get_per_token_logps_and_entropies(
@@ -142,15 +151,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             )  # fmt: skip
         batch = ReplayBatch.from_sequences(input_ids, attention_mask, logits_to_keep, **multimodal)
         with self.accelerator.autocast():
-            logps, entropy = replay_token_logps(
-                model,
-                batch,
-                temperature=self.temperature,
-                branch_batch=self.replay_branch_batch,
-                entropy=compute_entropy,
-                head_fp32=self.args.cast_lm_head_to_fp32,
-                prompt_chunk=getattr(self.args, "replay_prompt_chunk", 0),
-            )
+            logps, entropy = replay_token_logps(model, batch, entropy=compute_entropy, **self._replay_options())
         return logps, entropy, None
 
     # -- the training step -------------------------------------------------------------------------------
@@ -211,12 +212,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 model,
                 ReplayBatch.from_trl_inputs(inputs),
                 loss_fn,
-                temperature=self.temperature,
-                branch_batch=self.replay_branch_batch,
                 entropy=True,
-                head_fp32=self.args.cast_lm_head_to_fp32,
-                prompt_chunk=getattr(self.args, "replay_prompt_chunk", 0),
                 offload_prompt_state=getattr(self.args, "replay_offload_prompt_state", False),
+                **self._replay_options(),
             )
         self.last_replay = result
         self._log_replay_metrics(result, inputs, mask, ratio)

@@ -16,7 +16,7 @@ from typing import Any
 
 from trl import SFTConfig, SFTTrainer
 
-from training.common import JudgeModelArguments, prepare_model, run_recipe, with_vision_learning_rate
+from training.common import JudgeModelArguments, build_trainer, load_training_model, run_recipe
 from training.data import load_sft_dataset
 
 __all__ = ["FULL_LOGITS_MAX_VOCAB", "JudgeSFTConfig", "JudgeSFTTrainer", "build_sft_trainer", "run_sft"]
@@ -107,20 +107,12 @@ def build_sft_trainer(
     config: JudgeSFTConfig, *, callbacks: list[Any] | None = None, checkpoint: str | None = None
 ) -> Any:
     """A `JudgeSFTTrainer` ready to `train()`: model, processor, datasets and (optionally) PEFT wired in."""
-    import torch
-
-    dtype = torch.bfloat16 if config.bf16 else torch.float32
-    model, processor, peft_config = prepare_model(config, dtype=dtype, checkpoint=checkpoint)
     keep = config.keep_text_only_rows
-    train = load_sft_dataset(config.train_file, keep_text_only=keep)
-    evaluation = load_sft_dataset(config.eval_file, keep_text_only=keep) if config.eval_file else None
-    return with_vision_learning_rate(JudgeSFTTrainer, config)(
-        model=model,
-        args=config,
-        train_dataset=train,
-        eval_dataset=evaluation,
-        processing_class=processor,
-        peft_config=peft_config,
+    return build_trainer(
+        JudgeSFTTrainer,
+        config,
+        load_training_model(config, checkpoint),
+        lambda path: load_sft_dataset(path, keep_text_only=keep),
         callbacks=callbacks,
     )
 

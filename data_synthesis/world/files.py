@@ -90,6 +90,14 @@ def load_world(out_dir: str | Path) -> list[WorldItem]:
     return items
 
 
+def require_world(row: dict[str, Any], hint: str) -> dict[str, Any]:
+    """The row's `world` (scene and task); a row of other data stops a scene-only stage, with `hint` saying what
+    to use instead."""
+    if "world" not in row:
+        raise ValueError(f"row {row['id']!r} has no synthetic-world scene{hint}")
+    return row["world"]
+
+
 def world_item_from_row(row: dict[str, Any]) -> WorldItem:
     """A pipeline row (an SFT record dict with `"world": {"scene", "task"}`, as scenes.jsonl joins in) as an item."""
     record = SFTRecord.from_dict({k: v for k, v in row.items() if k in SFTRecord.__dataclass_fields__})

@@ -22,6 +22,7 @@ from benchmarks.gpu_checks import (
     same_kind,
     verdict_problems,
 )
+from benchmarks.workers import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,15 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_cpu_mode_runs_every_part_and_writes_its_files(tmp_path):
     # ~55 s here with other jobs on the same 2 cores; the budget is the script's own guard, generous so a
     # loaded machine still finishes every part (it took 5 minutes under a load of 17).
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/gpu_checks.py", "--device", "cpu", "--out", str(tmp_path), "--budget-s", "420"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=460,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    args = ("--device", "cpu", "--out", str(tmp_path), "--budget-s", "420")
+    line = run_benchmark("gpu_checks.py", *args, timeout=460, stderr_tail=3000)
     assert line["benchmark"] == "gpu_checks" and line["device"] == "cpu"
     assert set(line["parts"]) == set(PARTS)
     failed = {name: part.get("error") for name, part in line["parts"].items() if not part["ok"]}

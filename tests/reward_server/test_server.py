@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import base64
 import os
-import struct
 import threading
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -20,24 +18,13 @@ import uvicorn
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.server_load import png_claiming
 from judge.judging import Judge, JudgeConfig
 from reward_server import ServerConfig, create_app
 from tests.support.reward_server import data_url, free_port, mrjudge_serve, running, serving
 from tests.support.scripted_judge import SlowRuleBackend
 
 KEY = "s3cret-key"
-
-
-def png_claiming(width: int, height: int) -> bytes:
-    """A tiny PNG whose header claims `width` x `height` pixels: a decompression bomb's calling card."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
-    )
 
 
 @pytest.fixture(scope="module")

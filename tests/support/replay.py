@@ -52,27 +52,87 @@ def compare(model: nn.Module, batch: ReplayBatch, loss: GRPOLoss, terms: dict, *
     mask = batch.completion_mask
     weights = loss.row_weights(mask, num_items_in_batch=mask.sum())
     loss_fn = loss.loss_fn(weights, mask, terms["advantages"], terms["old_logps"], terms["ref_logps"])
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def grads() -> torch.Tensor:
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double() for p in params])
-        model.zero_grad(set_to_none=True)
-        return flat
-
     model.zero_grad(set_to_none=True)
     plain = plain_backward(model, batch, loss_fn)
-    g_plain = grads()
+    g_plain = take_grads(model)
     replayed = replay_backward(model, batch, loss_fn, **replay_kwargs)
-    g_replay = grads()
+    g_replay = take_grads(model)
     assert g_plain.norm() > 0
+    cos, rel = agreement(g_plain, g_replay)
     return {
-        "cos": float(nn.functional.cosine_similarity(g_plain, g_replay, dim=0)),
-        "rel": float((g_replay - g_plain).norm() / g_plain.norm()),
+        "cos": cos,
+        "rel": rel,
         "loss_diff": abs(float(plain.loss - replayed.loss)),
         "logp_diff": float((plain.logps - replayed.logps.double()).abs().max()),
         "groups": replayed.groups,
         "plain_rows": replayed.plain_rows,
     }
+
+
+def take_grads(model: nn.Module) -> torch.Tensor:
+    """The trainable parameters' gradients as one float64 vector (zeros where none), then cleared for the next pass."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double() for p in params])
+    model.zero_grad(set_to_none=True)
+    return flat
+
+
+def agreement(g_plain: torch.Tensor, g_replay: torch.Tensor) -> tuple[float, float]:
+    """(cosine, relative L2 distance) of the replayed gradient to the plain one."""
+    cos = float(nn.functional.cosine_similarity(g_plain, g_replay, dim=0))
+    return cos, float((g_replay - g_plain).norm() / g_plain.norm())
+
+
+def assert_logps_equal_plain(model: nn.Module, batch: ReplayBatch, **replay_kwargs) -> torch.Tensor:
+    """Replayed no-grad log-probs and entropies equal the plain forward's; returns the log-probs."""
+    logps, entropy = replay_token_logps(model, batch, entropy=True, **replay_kwargs)
+    with torch.no_grad():
+        plain = plain_backward(model, batch, lambda rows, lp, ent: lp.sum() * 0)
+    assert torch.allclose(logps.double(), plain.logps, atol=1e-6)
+    assert torch.allclose(entropy.double(), plain.entropy, atol=1e-6)
+    return logps
+
+
+def perturb_lora(model: nn.Module) -> nn.Module:
+    """LoRA's B starts at zero: move it so the adapters shape the prompt state (and the reference differs)."""
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            nn.init.normal_(p, std=0.05)
+    return model
+
+
+def lora_lm(model_dir: Path, config) -> nn.Module:
+    """The tiny text LM in float64 under `config`'s (perturbed) LoRA adapters, in training mode."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
+    return perturb_lora(get_peft_model(base, config).train())
+
+
+def push_off_policy(inputs: dict) -> None:
+    """Old log-probs moved off the current ones and random advantages, so that clipping and KL act."""
+    g = torch.Generator().manual_seed(1)
+    old = inputs["old_per_token_logps"]
+    inputs["old_per_token_logps"] = old + 0.3 * torch.randn(old.shape, generator=g)
+    inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=g)
+
+
+def assert_step_equals_trl(tr, inputs: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """TRL's own `_compute_loss` and the replay trainer's `replay_step` on the same micro-batch: the same loss and
+    gradient. Returns the step's metrics, TRL's and replay's."""
+    from trl import GRPOTrainer
+
+    tr._metrics["train"].clear()
+    expected = GRPOTrainer._compute_loss(tr, tr.model, inputs)
+    expected.backward()
+    g_plain = take_grads(tr.model)
+    trl_metrics = {k: v[0] for k, v in tr._metrics["train"].items()}
+    tr._metrics["train"].clear()
+    loss = tr.replay_step(tr.model, inputs)
+    cos, rel = agreement(g_plain, take_grads(tr.model))
+    assert cos >= COS_MIN and rel <= REL_MAX and abs(float(loss - expected)) <= 1e-6, (tr.loss_type, cos, rel)
+    return trl_metrics, {k: v[0] for k, v in tr._metrics["train"].items()}
 
 
 def assert_exact(stats: dict[str, float]) -> None:

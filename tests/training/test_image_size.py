@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from judge.models import load_processor
+from tests.support.training import grpo_config
 from training.common import load_config
-from training.grpo import JudgeGRPOConfig, build_grpo_trainer
+from training.grpo import build_grpo_trainer
 from training.policy import JudgePolicyGRPOConfig, build_policy_trainer
 from training.sft import JudgeSFTConfig, build_sft_trainer, run_sft
 
@@ -49,12 +50,9 @@ def test_sft_batches_with_max_pixels_and_saves_it(tiny_vlm_dir, synth_data, tmp_
 
 
 def test_judge_grpo_and_policy_grpo_take_it_too(tiny_vlm_dir, synth_data, tmp_path):
-    grpo = load_config(
-        JudgeGRPOConfig,
-        None,
-        [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'rl' / 'train.jsonl'}", f"output_dir={tmp_path}",
-         "per_device_train_batch_size=4", "num_generations=4", "max_completion_length=8", "use_vllm=false",
-         f"max_pixels={CAP}", "min_pixels=784", *CPU],
+    grpo = grpo_config(
+        tiny_vlm_dir, synth_data, tmp_path, "max_completion_length=8", "use_vllm=false", f"max_pixels={CAP}",
+        "min_pixels=784", "save_strategy=no",
     )  # fmt: skip
     processor = build_grpo_trainer(grpo).processing_class
     assert (processor.image_processor.size["shortest_edge"], _longest_edge(processor)) == (784, CAP)

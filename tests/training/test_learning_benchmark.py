@@ -6,14 +6,11 @@ together: world → negatives → distillation → warm-up → SFT → GRPO → 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.workers import run_benchmark
 
 
 @pytest.mark.slow  # the whole recipe in a subprocess, on tiny budgets
@@ -21,15 +18,7 @@ def test_learning_benchmark_prints_its_figures_and_saves_the_curves(tmp_path):
     out = tmp_path / "lc"
     budgets = "--world-n 60 --val-fraction 0.25 --heldout-n 8 --vision-warmup-steps 2 --sft-steps 4 --grpo-steps 2"
     budgets += " --batch-size 4"
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/learning_curve.py", "--out", str(out), *budgets.split()],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_benchmark("learning_curve.py", "--out", str(out), *budgets.split(), timeout=280)
     for key in ("heldout_accuracy", "order_consistency", "sft_accuracy", "untrained_accuracy", "wall_s"):
         assert 0 <= result[key] <= (1 if key != "wall_s" else 280), key
     assert result["kinds"] == ["attribute", "count", "spatial"] and set(result["per_kind"]) <= set(result["kinds"])

@@ -14,16 +14,18 @@ import random
 import pytest
 import torch
 from PIL import Image
-from torch import nn
 
 from tests.support.replay import (
-    COS_MIN,
-    REL_MAX,
     SavedBytes,
     assert_exact,
+    assert_logps_equal_plain,
+    assert_step_equals_trl,
     compare,
     grpo_terms,
     hybrid_model,
+    lora_lm,
+    perturb_lora,
+    push_off_policy,
     run_two_ddp_processes,
     text_batch,
     trainer,
@@ -38,7 +40,6 @@ from training.replay import (
     find_groups,
     plain_backward,
     replay_backward,
-    replay_token_logps,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -116,25 +117,16 @@ def test_gradient_checkpointing_keeps_the_cache_and_the_gradient(kind, tiny_lm_d
 
 
 def test_replayed_log_probs_without_grad_equal_the_plain_forward(lm64, lm_batch):
-    logps, entropy = replay_token_logps(lm64, lm_batch, entropy=True, branch_batch=2)
-    with torch.no_grad():
-        plain = plain_backward(lm64, lm_batch, lambda rows, lp, ent: lp.sum() * 0)
-    assert torch.allclose(logps.double(), plain.logps, atol=1e-6)
-    assert torch.allclose(entropy.double(), plain.entropy, atol=1e-6)
+    logps = assert_logps_equal_plain(lm64, lm_batch, branch_batch=2)
     assert (logps[lm_batch.completion_mask == 0] == 0).all(), "padding scores 0, as in TRL"
 
 
 def test_lora_gradients_match(tiny_lm_dir, lm_batch):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from peft import LoraConfig
 
     torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
     config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"])
-    model = get_peft_model(base, config).train()
-    for name, p in model.named_parameters():
-        if "lora_B" in name:  # B starts at zero; move it so the adapters shape the prompt state too
-            nn.init.normal_(p, std=0.05)
+    model = lora_lm(tiny_lm_dir, config)
     assert sum(p.requires_grad for p in model.parameters()) == 16
     loss = GRPOLoss(loss_type="dapo", beta=0.04)
     assert_exact(compare(model, lm_batch, loss, grpo_terms(model, lm_batch, seed=3)))
@@ -142,14 +134,9 @@ def test_lora_gradients_match(tiny_lm_dir, lm_batch):
 
 def test_lora_dropout_uses_the_same_masks_for_the_prompt_twice(tiny_lm_dir, lm_batch):
     """With dropout on, the prompt's recomputation (c) must see the masks its first pass (a) drew."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from peft import LoraConfig
 
-    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
-    model = get_peft_model(base, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"])).train()
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            nn.init.normal_(p, std=0.05)
+    model = lora_lm(tiny_lm_dir, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"]))
     rows = ReplayBatch(lm_batch.prompt_ids[[0, 2]], lm_batch.prompt_mask[[0, 2]], lm_batch.completion_ids[[0, 2]],
                        lm_batch.completion_mask[[0, 2]])  # fmt: skip
     from training.replay.model import _resolve, _RngReplay
@@ -256,9 +243,7 @@ def test_trainer_gradient_and_metrics_equal_trl_compute_loss(lora, tiny_vlm_dir,
     tr = trainer(tiny_vlm_dir, tmp_path, lora=lora, gradient_checkpointing=True)
     model = tr.model
     if lora:
-        for name, p in model.named_parameters():
-            if "lora_B" in name:  # make the adapters matter, so the reference (adapters off) differs
-                nn.init.normal_(p, std=0.05)
+        perturb_lora(model)  # the adapters matter, so the reference (adapters off) differs
     model.train()
     inputs = tr._prepare_inputs(next(iter(tr.get_train_dataloader())))  # generation, rewards, old + ref log-probs
     assert {"old_per_token_logps", "ref_per_token_logps", "pixel_values"} <= set(inputs)
@@ -278,34 +263,14 @@ def test_trainer_gradient_and_metrics_equal_trl_compute_loss(lora, tiny_vlm_dir,
     if lora:
         assert (inputs["ref_per_token_logps"] - inputs["old_per_token_logps"]).abs().max() > 1e-3
 
-    g = torch.Generator().manual_seed(1)  # off-policy and uneven, so clipping, KL and padding all act
-    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.3 * torch.randn(plain.shape, generator=g)
-    inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=g)
+    push_off_policy(inputs)  # off-policy and uneven, so clipping, KL and padding all act
     for i, n in enumerate([8, 3, 5, 1, 8, 2, 0, 6, 7]):
         inputs["completion_mask"][i, n:] = 0
     tr.current_gradient_accumulation_steps = 2
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def grads() -> torch.Tensor:
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double() for p in params])
-        model.zero_grad(set_to_none=True)
-        return flat
-
     for loss_type in ("dapo", "grpo", "dr_grpo", "vespo"):  # vespo: its own metric (phi), no clip ratios
         tr.loss_type = tr.args.loss_type = loss_type
         tr.replay_loss = tr._replay_loss_spec()
-        tr._metrics["train"].clear()
-        expected = GRPOTrainer._compute_loss(tr, model, inputs)
-        expected.backward()
-        g_plain = grads()
-        trl_metrics = {k: v[0] for k, v in tr._metrics["train"].items()}
-        tr._metrics["train"].clear()
-        loss = tr.replay_step(model, inputs)
-        g_replay = grads()
-        cos = float(nn.functional.cosine_similarity(g_plain, g_replay, dim=0))
-        rel = float((g_replay - g_plain).norm() / g_plain.norm())
-        assert cos >= COS_MIN and rel <= REL_MAX and abs(float(loss - expected)) <= 1e-6, (loss_type, cos, rel)
-        ours = {k: v[0] for k, v in tr._metrics["train"].items()}
+        trl_metrics, ours = assert_step_equals_trl(tr, inputs)
         assert ours.pop("replay/groups") == 3.0 and ours.pop("replay/plain_rows") == 0.0
         assert ours.keys() == trl_metrics.keys() and all(
             ours[k] == pytest.approx(trl_metrics[k], abs=1e-6) for k in ours

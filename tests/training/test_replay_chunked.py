@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from tests.support.replay import (
-    COS_MIN,
-    REL_MAX,
     SavedBytes,
     assert_exact,
+    assert_logps_equal_plain,
+    assert_step_equals_trl,
     compare,
     grpo_terms,
     hybrid_model,
+    lora_lm,
+    push_off_policy,
     run_two_ddp_processes,
     text_batch,
     trainer,
@@ -27,9 +28,7 @@ from training.replay import (
     LOSS_TYPES,
     GRPOLoss,
     check_replay_exact,
-    plain_backward,
     replay_backward,
-    replay_token_logps,
 )
 from training.replay.chunked import chunk_bounds, chunked_prompt_state
 from training.replay.model import _resolve
@@ -77,11 +76,7 @@ def test_the_chunked_state_is_the_single_forward_state(lm64, lm_batch):
 
 
 def test_chunked_log_probs_without_grad(lm64, lm_batch):
-    logps, entropy = replay_token_logps(lm64, lm_batch, entropy=True, prompt_chunk=7)
-    with torch.no_grad():
-        plain = plain_backward(lm64, lm_batch, lambda rows, lp, ent: lp.sum() * 0)
-    assert torch.allclose(logps.double(), plain.logps, atol=1e-6)
-    assert torch.allclose(entropy.double(), plain.entropy, atol=1e-6)
+    assert_logps_equal_plain(lm64, lm_batch, prompt_chunk=7)
 
 
 def test_chunked_probe_and_bad_chunk(lm64, lm_batch):
@@ -91,16 +86,11 @@ def test_chunked_probe_and_bad_chunk(lm64, lm_batch):
 
 
 def test_chunked_lora_with_and_without_checkpointing(tiny_lm_dir, lm_batch):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from peft import LoraConfig
 
     torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
     config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"])
-    model = get_peft_model(base, config).train()
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            nn.init.normal_(p, std=0.05)
+    model = lora_lm(tiny_lm_dir, config)
     loss = GRPOLoss(loss_type="dapo", beta=0.04)
     terms = grpo_terms(model, lm_batch, seed=3)
     assert_exact(compare(model, lm_batch, loss, terms, prompt_chunk=9))
@@ -109,16 +99,11 @@ def test_chunked_lora_with_and_without_checkpointing(tiny_lm_dir, lm_batch):
 
 def test_chunked_lora_dropout_replays_each_chunks_masks(tiny_lm_dir, lm_batch):
     """LoRA dropout on: each chunk's recomputation (c) must draw the masks its first pass (a) drew."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from peft import LoraConfig
 
     from training.replay.chunked import chunked_prompt_backward
 
-    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float64)
-    model = get_peft_model(base, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"])).train()
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            nn.init.normal_(p, std=0.05)
+    model = lora_lm(tiny_lm_dir, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"]))
     policy = _resolve(model)
     prompt = _prompt_inputs(policy, lm_batch, 0)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -216,7 +201,6 @@ def test_chunked_peak_does_not_grow_with_the_prompt_beyond_the_state(tiny_lm_dir
 
 def test_trainer_with_prompt_chunks_equals_trl_compute_loss(tiny_vlm_dir, tmp_path, monkeypatch):
     """The config field reaches both replay calls: TRL's stored log-probs and its loss's gradient are unchanged."""
-    from trl import GRPOTrainer
 
     from training.replay import chunked as replay_chunked
 
@@ -231,29 +215,11 @@ def test_trainer_with_prompt_chunks_equals_trl_compute_loss(tiny_vlm_dir, tmp_pa
     monkeypatch.setattr(replay_chunked, "chunked_prompt_state", counted)
     tr = trainer(tiny_vlm_dir, tmp_path)
     tr.args.replay_prompt_chunk = 6  # image prompts of ~30 tokens: several chunks, one holding the image
-    model = tr.model.train()
+    tr.model.train()
     inputs = tr._prepare_inputs(next(iter(tr.get_train_dataloader())))
-    g = torch.Generator().manual_seed(1)
-    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.3 * torch.randn(
-        inputs["old_per_token_logps"].shape, generator=g
-    )
-    inputs["advantages"] = torch.randn(inputs["advantages"].shape, generator=g)
+    push_off_policy(inputs)
     tr.current_gradient_accumulation_steps = 2
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def grads() -> torch.Tensor:
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().double() for p in params])
-        model.zero_grad(set_to_none=True)
-        return flat
-
-    expected = GRPOTrainer._compute_loss(tr, model, inputs)
-    expected.backward()
-    g_plain = grads()
-    loss = tr.replay_step(model, inputs)
-    g_replay = grads()
-    cos = float(nn.functional.cosine_similarity(g_plain, g_replay, dim=0))
-    rel = float((g_replay - g_plain).norm() / g_plain.norm())
-    assert cos >= COS_MIN and rel <= REL_MAX and abs(float(loss - expected)) <= 1e-6, (cos, rel)
+    assert_step_equals_trl(tr, inputs)
     assert tr.last_replay.groups and not tr.last_replay.plain_rows
     assert len(chunk_counts) >= 6 and min(chunk_counts) >= 3, chunk_counts  # old log-probs and the step, chunked
 

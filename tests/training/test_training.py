@@ -10,9 +10,8 @@ from mrjudge.cli import main
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from tests.support.training import CPU, sft_config
-from training.common import load_config
-from training.grpo import JudgeGRPOConfig, run_grpo
+from tests.support.training import CPU, grpo_config, sft_config
+from training.grpo import run_grpo
 from training.sft import run_sft
 
 
@@ -65,12 +64,10 @@ def test_grpo_takes_the_vision_learning_rate_too(tiny_vlm_dir, synth_data, tmp_p
 
     from training.grpo import build_grpo_trainer
 
-    args = [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'rl' / 'train.jsonl'}",
-            f"output_dir={tmp_path}", "max_steps=1", "per_device_train_batch_size=4", "num_generations=4",
-            "max_completion_length=8", "learning_rate=0.001", *CPU]  # fmt: skip
-    plain = build_grpo_trainer(load_config(JudgeGRPOConfig, None, args))
+    args = ["max_steps=1", "max_completion_length=8", "learning_rate=0.001"]
+    plain = build_grpo_trainer(grpo_config(tiny_vlm_dir, synth_data, tmp_path, *args))
     assert type(plain) is GRPOTrainer  # no vision rate: TRL's own class, untouched
-    trainer = build_grpo_trainer(load_config(JudgeGRPOConfig, None, [*args, "vision_learning_rate=0.0001"]))
+    trainer = build_grpo_trainer(grpo_config(tiny_vlm_dir, synth_data, tmp_path, *args, "vision_learning_rate=0.0001"))
     assert isinstance(trainer, GRPOTrainer) and type(trainer).__name__ == "GRPOTrainer"
     names = {id(p): n for n, p in trainer.model.named_parameters()}
     optimizer = trainer.create_optimizer()
@@ -122,13 +119,9 @@ def test_sft_resumes_from_its_last_checkpoint(tiny_vlm_dir, synth_data, tmp_path
 
 
 def test_grpo_steps_with_the_judge_reward(tiny_vlm_dir, synth_data, tmp_path):
-    config = load_config(
-        JudgeGRPOConfig,
-        None,
-        [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'rl' / 'train.jsonl'}", f"output_dir={tmp_path}",
-         "max_steps=2", "per_device_train_batch_size=4", "num_generations=4", "max_completion_length=16",
-         "save_strategy=no", *CPU],
-    )  # fmt: skip
+    config = grpo_config(
+        tiny_vlm_dir, synth_data, tmp_path, "max_steps=2", "max_completion_length=16", "save_strategy=no"
+    )
     seen: list[dict] = []
 
     class Record(TrainerCallback):

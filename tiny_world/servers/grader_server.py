@@ -14,24 +14,17 @@ check the retry temperatures and suffix and count calls.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from tiny_world.servers.wire import chat_completion, last_message_text, serve_model_list
 
 MODEL_NAME = "gpt-4-stand-in"
 JUNK = "N/A"
 PROMPT_START = "Compare the ground truth and prediction from AI models, to give a correctness score"
 RETRY_SUFFIX = "\nPredict the correctness of the answer (digit): "
-
-
-def _message_text(body: dict[str, Any]) -> str:
-    content = body["messages"][-1]["content"]
-    if isinstance(content, list):  # tolerate the parts form too; the evaluator should send a plain string
-        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
-    return content
 
 
 def parse_row(text: str) -> tuple[str, str, str]:
@@ -62,14 +55,12 @@ def make_grader_app(*, junk_first: int = 0, junk_marker: str | None = None) -> F
     app.state.requests = []
     seen: Counter[str] = Counter()
 
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "test"}]}
+    serve_model_list(app, MODEL_NAME)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
-        text = _message_text(body)
+        text = last_message_text(body)
         if not text.startswith(PROMPT_START):
             return JSONResponse({"error": {"message": "not an MM-Vet grading prompt", "type": "invalid_request"}}, 400)
         try:
@@ -89,19 +80,7 @@ def make_grader_app(*, junk_first: int = 0, junk_marker: str | None = None) -> F
                 "reply": reply,
             }
         )
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{time.time_ns()}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": MODEL_NAME,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-                "usage": {
-                    "prompt_tokens": len(text.split()),
-                    "completion_tokens": 1,
-                    "total_tokens": len(text.split()) + 1,
-                },
-            }
-        )
+        choice = {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+        return JSONResponse(chat_completion(MODEL_NAME, choice, prompt_tokens=len(text.split()), completion_tokens=1))
 
     return app

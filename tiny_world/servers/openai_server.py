@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +25,7 @@ from judge.backends.hf import TransformersBackend
 from judge.images import load_image
 from judge.models import LoadedModel
 from reward_server.background import serve_in_thread
+from tiny_world.servers.wire import chat_completion, model_list
 
 MODEL_NAME = "tiny-judge"
 
@@ -59,31 +59,34 @@ def make_app(
 
     @app.get("/v1/models")
     def models() -> dict:
-        names = [MODEL_NAME, *adapters.adapters]
-        return {
-            "object": "list",
-            "data": [{"id": n, "object": "model", "created": 0, "owned_by": "test"} for n in names],
-        }
+        return model_list(MODEL_NAME, *adapters.adapters)
+
+    async def lora_call(
+        request: Request, action: Callable[[dict], None], done: str, error: tuple[str, int]
+    ) -> JSONResponse:
+        """vLLM's answer to a runtime LoRA call: its success sentence, or `error` (type, status) on a ValueError."""
+        body = await request.json()
+        with lock:
+            try:
+                action(body)
+            except ValueError as exc:
+                return JSONResponse({"error": {"message": str(exc), "type": error[0]}}, status_code=error[1])
+        return JSONResponse(f"Success: LoRA adapter '{body['lora_name']}' {done} successfully.")
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora(request: Request) -> JSONResponse:
-        body = await request.json()
-        with lock:
-            try:
-                adapters.load_adapter(body["lora_name"], body["lora_path"])
-            except ValueError as exc:
-                return JSONResponse({"error": {"message": str(exc), "type": "BadRequestError"}}, status_code=400)
-        return JSONResponse(f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
+        return await lora_call(
+            request,
+            lambda body: adapters.load_adapter(body["lora_name"], body["lora_path"]),
+            "added",
+            ("BadRequestError", 400),
+        )
 
     @app.post("/v1/unload_lora_adapter")
     async def unload_lora(request: Request) -> JSONResponse:
-        body = await request.json()
-        with lock:
-            try:
-                adapters.unload_adapter(body["lora_name"])
-            except ValueError as exc:
-                return JSONResponse({"error": {"message": str(exc), "type": "NotFoundError"}}, status_code=404)
-        return JSONResponse(f"Success: LoRA adapter '{body['lora_name']}' removed successfully.")
+        return await lora_call(
+            request, lambda body: adapters.unload_adapter(body["lora_name"]), "removed", ("NotFoundError", 404)
+        )
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
@@ -153,18 +156,8 @@ def _complete(loaded: LoadedModel, tok: Any, messages: list, images: list, body:
                 }
             )
         choice["logprobs"] = {"content": entries}
-    return {
-        "id": f"chatcmpl-{time.time_ns()}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": MODEL_NAME,
-        "choices": [choice],
-        "usage": {
-            "prompt_tokens": int(inputs["input_ids"].shape[1]),
-            "completion_tokens": n,
-            "total_tokens": int(inputs["input_ids"].shape[1]) + n,
-        },
-    }
+    prompt_tokens = int(inputs["input_ids"].shape[1])
+    return chat_completion(MODEL_NAME, choice, prompt_tokens=prompt_tokens, completion_tokens=n)
 
 
 @contextmanager

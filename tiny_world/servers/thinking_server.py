@@ -30,12 +30,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections import Counter
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from tiny_world.servers.wire import chat_completion, last_message_text, serve_model_list
 
 MODEL_NAME = "tiny-thinker"
 THINKING = (
@@ -49,26 +50,13 @@ _HINT = re.compile(r"preferred option ([A-Z])")
 _OPTION = re.compile(r"^([A-Z])\. (.*)$", re.MULTILINE)
 
 
-def _text(body: dict[str, Any]) -> str:
-    content = body["messages"][-1]["content"]
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
-    return content
-
-
 def _reply(content: str, *, reasoning: str | None = None, field: str = "reasoning_content", finish: str = "stop"):
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         message[field] = reasoning
     tokens = len((reasoning or "").split()) + len(content.split())
-    return {
-        "id": f"chatcmpl-{time.time_ns()}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": MODEL_NAME,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": tokens + 10},
-    }
+    choice = {"index": 0, "message": message, "finish_reason": finish}
+    return chat_completion(MODEL_NAME, choice, prompt_tokens=10, completion_tokens=tokens)
 
 
 def _reason(text: str, key: str, mode: str) -> dict[str, Any]:
@@ -134,14 +122,12 @@ def make_thinking_app(
     }
     app.state.stats = stats
 
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "test"}]}
+    serve_model_list(app, MODEL_NAME)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
-        text = _text(body)
+        text = last_message_text(body)
         key = next((k for k in known if re.search(rf"\b{re.escape(k)}\b", text)), "")
         mode = modes.get(key, "reasoning_content")
         stats["requests"][key] += 1

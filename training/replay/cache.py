@@ -115,12 +115,10 @@ class _ReplayLinearLayer(LinearAttentionLayer):
         return recurrent_states
 
 
-class _BranchKVLayer(DynamicLayer):
-    """A branch's full-attention layer: the prompt's keys/values with the branch's appended in the same buffer.
+class _BufferKVLayer(DynamicLayer):
+    """A full-attention layer whose past keys/values are the part of a shared buffer before its slots' start.
 
-    The stock layer concatenates (a prefix-sized copy per layer, held and saved for backward); here the branch's
-    keys go into the room left after the prompt (`_Append`), and the gradient on the prompt's part is added
-    to the state's accumulator, so the prompt state needs no leaf copy either. One row only (the buffer has one).
+    Shared by a branch's layer (appends after the prompt) and a chunk's (appends after the earlier chunks).
     """
 
     def __init__(self, keys: _Slot, values: _Slot) -> None:
@@ -129,6 +127,15 @@ class _BranchKVLayer(DynamicLayer):
         self.lazy_initialization(past_k, past_v)
         self.keys, self.values = past_k, past_v  # what the mask's past length is read from
         self.slots = (keys, values)
+
+
+class _BranchKVLayer(_BufferKVLayer):
+    """A branch's full-attention layer: the prompt's keys/values with the branch's appended in the same buffer.
+
+    The stock layer concatenates (a prefix-sized copy per layer, held and saved for backward); here the branch's
+    keys go into the room left after the prompt (`_Append`), and the gradient on the prompt's part is added
+    to the state's accumulator, so the prompt state needs no leaf copy either. One row only (the buffer has one).
+    """
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         if key_states.size(0) != 1:

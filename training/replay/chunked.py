@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
-from training.replay.cache import _Append, _new_cache, _RecordingLinearLayer, _ReplayLinearLayer, _Slot
+from training.replay.cache import _Append, _BufferKVLayer, _new_cache, _RecordingLinearLayer, _ReplayLinearLayer, _Slot
 from training.replay.errors import ReplayUnsupportedError
 from training.replay.model import _checkpointed_layers, _Policy, _RngReplay
 from training.replay.state import _PromptState
@@ -38,18 +37,14 @@ from training.replay.state import _PromptState
 __all__ = ["chunk_bounds", "chunked_prompt_backward", "chunked_prompt_state"]
 
 
-class _ChunkKVLayer(DynamicLayer):
+class _ChunkKVLayer(_BufferKVLayer):
     """A full-attention layer over the earlier chunks' keys/values in the prompt buffer; records the chunk's own.
 
     It never grows, so a checkpointed layer's recomputation sees the same past again.
     """
 
     def __init__(self, keys: _Slot, values: _Slot) -> None:
-        super().__init__()
-        past_k, past_v = keys.buffer[..., : keys.start, :], values.buffer[..., : values.start, :]
-        self.lazy_initialization(past_k, past_v)
-        self.keys, self.values = past_k, past_v  # what the mask's past length is read from
-        self.slots = (keys, values)
+        super().__init__(keys, values)
         self.new: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):

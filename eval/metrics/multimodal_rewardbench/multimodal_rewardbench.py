@@ -6,9 +6,9 @@ a coin flip seeded per id, as the official scorer does), `references` (0 when `B
 the same keys as `metrics.json` of `mrjudge eval multimodal-rewardbench`.
 """
 
-import datasets
 import evaluate
 
+from eval.metrics.decision_info import decision_metric_info
 from eval.multimodal_rewardbench import score_decisions
 
 _DESCRIPTION = __doc__
@@ -34,19 +34,13 @@ Returns:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class MultimodalRewardbench(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("int32"),
-                    "references": datasets.Value("int32"),
-                    "ids": datasets.Value("string"),
-                    "categories": datasets.Value("string"),
-                }
-            ),
-            reference_urls=["https://github.com/facebookresearch/multimodal_rewardbench"],
+        return decision_metric_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
+            "https://github.com/facebookresearch/multimodal_rewardbench",
+            "ids",
+            "categories",
         )
 
     def _compute(self, predictions, references, ids, categories, seed=0):

@@ -6,9 +6,9 @@ human-preferred response, i.e. where `human_ranking` is 0), `ids` (the item ids,
 Returns the same keys as `metrics.json` of `mrjudge eval vl-rewardbench`.
 """
 
-import datasets
 import evaluate
 
+from eval.metrics.decision_info import decision_metric_info
 from eval.vl_rewardbench import score_decisions
 
 _DESCRIPTION = __doc__
@@ -36,18 +36,8 @@ Example:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class VlRewardbench(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("int32"),
-                    "references": datasets.Value("int32"),
-                    "ids": datasets.Value("string"),
-                }
-            ),
-            reference_urls=["https://github.com/vl-rewardbench/VL_RewardBench"],
+        return decision_metric_info(
+            _DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, "https://github.com/vl-rewardbench/VL_RewardBench", "ids"
         )
 
     def _compute(self, predictions, references, ids):
