@@ -375,15 +375,22 @@ def test_reasoner_falls_back_to_the_closest_option():
     assert "None is right; A is closest." in out and parse_choice(out, 2) == 0
 
 
+def _items_with_options(n: int = 100):
+    """(item, options) for the first `n` world items: the answer among two scene negatives, in a varying slot."""
+    from data_synthesis.world import make_item, scene_negatives
+
+    for index in range(n):
+        item = make_item(index, 5, image_path="x.png")
+        options = [negative.text for negative in scene_negatives(item, 2, random.Random(index))]
+        options.insert(index % (len(options) + 1), item.record.answer)
+        yield item, options
+
+
 def test_restate_style_decides_like_diff_style():
-    from data_synthesis.world import make_item, scene_negatives, scene_reasoner
+    from data_synthesis.world import scene_reasoner
     from judge.parser import parse_choice
 
-    for index in range(100):
-        item = make_item(index, 5, image_path="x.png")
-        negatives = scene_negatives(item, 2, random.Random(index))
-        options = [n.text for n in negatives]
-        options.insert(index % (len(options) + 1), item.record.answer)
+    for item, options in _items_with_options():
         diff = scene_reasoner(item.scene, item.task, item.record.question, options, style="diff")
         restate = scene_reasoner(item.scene, item.task, item.record.question, options, style="restate")
         assert (
@@ -402,14 +409,10 @@ def test_contrast_style_names_the_disputed_slot_in_letter_order():
 
 
 def test_contrast_style_decides_like_diff_style():
-    from data_synthesis.world import make_item, scene_negatives, scene_reasoner
+    from data_synthesis.world import scene_reasoner
     from judge.parser import parse_choice
 
-    for index in range(100):
-        item = make_item(index, 5, image_path="x.png")
-        negatives = scene_negatives(item, 2, random.Random(index))
-        options = [n.text for n in negatives]
-        options.insert(index % (len(options) + 1), item.record.answer)
+    for item, options in _items_with_options():
         contrast = scene_reasoner(item.scene, item.task, item.record.question, options, style="contrast")
         assert parse_choice(contrast, len(options)) == options.index(item.record.answer)
         assert "Image:" in contrast or " adds " in contrast or " leaves out " in contrast
