@@ -11,6 +11,7 @@ mrjudge adapters --store runs/adapters list
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -46,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
+        if not isinstance(exc, _user_errors()) or os.environ.get("MRJUDGE_TRACEBACK"):
+            raise  # a bug keeps its traceback; MRJUDGE_TRACEBACK=1 shows it for user errors too
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -147,6 +147,11 @@ def test_one_guard_turns_user_errors_into_one_line(monkeypatch, tmp_path, capsys
     with pytest.raises(RuntimeError, match="a bug"):
         main(["tiny-model", "--out", str(tmp_path)])
 
+    monkeypatch.setattr(tiny_model_cmd, "run", fails)  # the last user error, with its traceback asked for
+    monkeypatch.setenv("MRJUDGE_TRACEBACK", "1")
+    with pytest.raises(ImportError, match="no module named ray"):
+        main(["tiny-model", "--out", str(tmp_path)])
+
 
 def test_synth_all_takes_its_fields_as_flags_and_prints_one_line(tmp_path, capsys):
     out = tmp_path / "synth"
