@@ -55,9 +55,9 @@ the store writes the adapter in the dtype it was trained in — float32 under PE
     OMP_NUM_THREADS=1 python benchmarks/adapter_handoff.py --small --repeats 2   # plumbing check, seconds
     python benchmarks/adapter_handoff.py --shape 4b --device cuda   # on a GPU (benchmarks/gpu_checks.py runs it)
 
-Run time: the bare run (three >= 1B bf16 models, 3 hand-offs of each kind) has no recorded wall time;
-docs/adapters.md gives its per-hand-off figures only. `--small --repeats 2` took 25 s under load (7 agents on
-2 cores).
+Run time: the bare run (three >= 1B bf16 models, 3 hand-offs of each kind) took 102 s on 2 cores (2026-12-03,
+~11 GB peak RAM; hand-off 1.45 s against 12.9 s there, the full side's write 7.3 s of it); `--small --repeats 2`
+took 25 s under load (7 agents on 2 cores).
 
 Prints one JSON line.
 """
