@@ -14,12 +14,11 @@
    `hit_rate` (adapter resident on arrival) and `cold_load_p50_ms` (their wait for the load), and the
    resident clients' p99 latency in (a) and (b).
 
-    python benchmarks/adapter_catalogue.py                      # N = 100,000 (5-9 min to register on 2 busy cores)
+    python benchmarks/adapter_catalogue.py                      # N = 100,000: 191 s on 2 cores
     python benchmarks/adapter_catalogue.py --revisions 5000 --duration 8    # a quick run
 
-Run time: registering 100,000 revisions took 330 s and 534 s in two runs on 2 CPU cores busy with other jobs
-(docs/adapters.md); the bare run adds the probes and two 20 s serving phases with the server's start, about
-7-11 minutes in all (its whole time was not recorded).
+Run time: the bare run took 191 s on 2 CPU cores (2026-12-03, registration 90 s of it); registering alone took
+330 s and 534 s in two earlier runs on cores busy with other jobs (docs/adapters.md).
 
 The catalogue lives in a temporary folder (`--dir`, default the system's) and is deleted at the end.
 Prints one JSON line.
