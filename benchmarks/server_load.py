@@ -39,7 +39,6 @@ import platform
 import random
 import re
 import signal
-import socket
 import string
 import struct
 import subprocess
@@ -52,6 +51,7 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
+from judge.backends.vllm_local import free_port
 from judge.images import image_to_data_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,12 +111,6 @@ def serve_instant(port: int, hostile: bool = False, delay_ms: float = 0.0) -> No
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def data_url(size: int, seed: int) -> str:

@@ -6,10 +6,7 @@ with mrjudge_serve("--model", str(model_dir)) as url: ...  # the CLI; SIGTERM an
 
 from __future__ import annotations
 
-import base64
-import io
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +17,8 @@ from typing import Any
 import httpx
 from PIL import Image
 
+from judge.backends.vllm_local import free_port
+from judge.images import image_to_data_url
 from judge.judging import Judge, JudgeConfig
 from reward_server import ServerConfig, create_app
 from reward_server.background import serve_in_thread
@@ -44,15 +43,7 @@ def running(
 
 
 def data_url(size: tuple[int, int] = (8, 8), colour: tuple[int, int, int] = (200, 30, 30)) -> str:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, colour).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return image_to_data_url(Image.new("RGB", size, colour))
 
 
 def wait_healthy(process: subprocess.Popen, base: str, timeout_s: float = 120) -> None:
