@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,8 @@ class StageRun:
     max_failed_fraction: float
     show_progress: bool
     engine: Executor | None
+    overwrite: bool = False
+    """Start the stage's output over instead of resuming it (`--overwrite`)."""
 
     def run(
         self, stage: str, rows: list[Row], process: Any, out_dir: str | Path, model: ModelSpec | None, **options: Any
@@ -131,6 +133,7 @@ class StageRun:
             show_progress=self.show_progress,
             engine=self.engine,
             concurrency=_concurrency(self.concurrency, model),
+            overwrite=self.overwrite,
             **options,
         )
         check_failures(summary, self.max_failed_fraction)
@@ -154,14 +157,19 @@ def run_negatives(
     max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
     engine: Executor | None = None,
+    overwrite: bool = False,
 ) -> tuple[list[Row], dict[str, Any]]:
-    """Negatives for every record; `sampling` is the generator's decoding (its seed defaults to `seed`)."""
+    """Negatives for every record; `sampling` is the generator's decoding (its seed defaults to `seed`).
+
+    The settings that shape the negatives are recorded beside them: a rerun with others is refused (naming
+    them) unless `overwrite`, which writes them all again."""
     from data_synthesis.negatives import ModelNegatives, SceneNegatives, negatives_tokens, summarize_negatives
 
     valid_fraction(max_failed_fraction)  # before any work, not after it
     rows = load_rows(input_dir, "records", out_dir)
     overrides = _overrides("generator", sampling, max_tokens=max_new_tokens)
     params = sampling_for("generator", overrides)
+    settings: dict[str, Any] = {"generator": generator, "n": n, "seed": seed}
     if generator == "scene":
         process: Any = SceneNegatives(n=n, seed=seed)
     elif generator == "model":
@@ -171,11 +179,19 @@ def run_negatives(
         gen_seed = seed if overrides.seed is None else overrides.seed
         options = dict(n=n, seed=gen_seed, max_attempts=max_attempts, params=params, image_root=out_dir)
         process = _on_model(ModelNegatives, model, **options)
+        settings |= _model_settings(model, params, seed=gen_seed, max_attempts=max_attempts)
     else:
         raise ValueError(f"--generator must be 'model' or 'scene', got {generator!r}")
     used = model if generator == "model" else None
-    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine).run(
-        "negatives", rows, process, out_dir, used, summarize=summarize_negatives, tokens=negatives_tokens
+    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine, overwrite).run(
+        "negatives",
+        rows,
+        process,
+        out_dir,
+        used,
+        summarize=summarize_negatives,
+        tokens=negatives_tokens,
+        settings=settings,
     )
 
 
@@ -193,12 +209,15 @@ def run_describe(
     max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
     engine: Executor | None = None,
+    overwrite: bool = False,
 ) -> tuple[list[Row], dict[str, Any]]:
+    """A description of every record's image; settings recorded and checked as `run_negatives`' are."""
     from data_synthesis.describe import ModelDescriber, SceneDescriber, described_tokens
 
     valid_fraction(max_failed_fraction)  # before any work, not after it
     rows = load_rows(input_dir, "negatives", out_dir)
     params = sampling_for("describer", _overrides("describer", sampling, max_tokens=max_new_tokens))
+    settings: dict[str, Any] = {"describer": describer}
     if describer == "scene":
         process: Any = SceneDescriber()
     elif describer == "model":
@@ -206,11 +225,12 @@ def run_describe(
             raise ValueError("--describer model needs --model")
         model = _for_synthesis(model, concurrency)
         process = _on_model(ModelDescriber, model, params=params, image_root=out_dir)
+        settings |= _model_settings(model, params)
     else:
         raise ValueError(f"--describer must be 'model' or 'scene', got {describer!r}")
     used = model if describer == "model" else None
-    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine).run(
-        "described", rows, process, out_dir, used, tokens=described_tokens
+    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine, overwrite).run(
+        "described", rows, process, out_dir, used, tokens=described_tokens, settings=settings
     )
 
 
@@ -270,8 +290,12 @@ def run_distill(
     max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
     show_progress: bool = True,
     engine: Executor | None = None,
+    overwrite: bool = False,
 ) -> tuple[list[Row], dict[str, Any]]:
-    """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl."""
+    """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl.
+
+    The reasoner's and rewriter's settings are recorded beside the traces; a rerun with others is refused
+    unless `overwrite`."""
     from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
 
     valid_fraction(max_failed_fraction)  # before any work, not after it
@@ -291,6 +315,12 @@ def run_distill(
         rewriter_spec = reasoner_spec  # one spec, so one loaded model, for both
     reason = (reasoner, reasoner_style, reasoner_spec, sampling_for("reasoner", reasoner_sampling))
     rewrite = (rewriter, rewriter_spec, sampling_for("rewriter", rewriter_sampling))
+    settings: dict[str, Any] = {
+        "reasoner": {"kind": reasoner, "style": reasoner_style}
+        if reasoner == "scene"
+        else {"kind": reasoner, **_model_settings(reasoner_spec, reason[3])},
+        "rewriter": {"kind": rewriter, **(_model_settings(rewriter_spec, rewrite[2]) if rewriter == "model" else {})},
+    }
     rows, summary = run_stage(
         "distilled",
         items,
@@ -303,12 +333,19 @@ def run_distill(
         engine=engine,
         concurrency=_concurrency(concurrency, reasoner_spec, rewriter_spec),
         tokens=distilled_tokens,
+        settings=settings,
+        overwrite=overwrite,
     )
     if shard.count == 1:
         summary.update(write_sft_examples(items, rows, out_dir))
         write_json_atomic(out_dir / "distilled.summary.json", summary)
     check_failures(summary, max_failed_fraction)
     return rows, summary
+
+
+def _model_settings(spec: ModelSpec, params: Any, **more: Any) -> dict[str, Any]:
+    """A model stage's settings record: the model (`ModelSpec.settings`), its decoding, and `more`."""
+    return {"model": spec.settings(), "sampling": asdict(params), **more}
 
 
 def _overrides(stage: str, sampling: StageSampling | dict[str, Any] | None, **fields: Any) -> StageSampling:
@@ -550,8 +587,11 @@ def _records_stage(config: SynthConfig, out: Path) -> dict[str, Any]:
     return summary
 
 
-def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any]:
+def run_all(config: SynthConfig, *, show_progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
     """Run every stage into `config.out`; finished stages resume (skip their done ids, retry failed rows).
+
+    A stage whose settings changed since its rows were written is refused (`jobs.resumable.SettingsChanged`);
+    `overwrite` starts every per-row stage (negatives, describe, distill) over instead.
 
     A stage with more failed rows than `max_failed_fraction` raises `TooManyFailures`. Fewer failed rows
     in negatives or describe stop the chain before assemble (`held_back` in the summary; run again to
@@ -571,6 +611,7 @@ def run_all(config: SynthConfig, *, show_progress: bool = True) -> dict[str, Any
         engine=engine_of(config),
         concurrency=config.concurrency,
         max_failed_fraction=config.max_failed_fraction,
+        overwrite=overwrite,
     )
     mllm = _spec(config.model)  # one spec (so one loaded model) for negatives and descriptions
     summaries["negatives"] = run_negatives(

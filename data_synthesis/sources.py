@@ -41,13 +41,19 @@ from typing import Any
 from data_synthesis.records import SFTRecord
 from data_synthesis.source_images import ImageStore
 from data_synthesis.source_rows import FieldMap, ParsedRow, parse_row, row_id
-from jobs.jsonl import InputError, atomic_writer, read_json_list, read_jsonl, write_json_atomic
+from jobs.jsonl import (
+    DEFAULT_MAX_BAD_FRACTION,  # the one default of every command that skips bad rows
+    InputError,
+    atomic_writer,
+    read_json_list,
+    read_jsonl,
+    write_json_atomic,
+)
 from judge.images import ImageLoadError
 from judge.types import DataError
 
 __all__ = ["DEFAULT_MAX_BAD_FRACTION", "FieldMap", "Skipped", "load_sft_records", "write_records"]
 
-DEFAULT_MAX_BAD_FRACTION = 0.05
 SHOWN_PROBLEMS = 10  # how many problems the "too many bad rows" error quotes
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # "owner/name", or a bare canonical name
 _FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv")

@@ -13,6 +13,9 @@ toolkit's one job loop (`jobs.resumable.run_resumable`):
   command retries it (with the missing rows), ending with the file an uninterrupted run writes;
 - `concurrency` > 1 sends each row as its own call, that many in flight (an HTTP endpoint stays busy
   instead of waiting for the slowest reply of each batch);
+- the settings that shape the stage's rows (generator, model, decoding, …) are recorded next to the output
+  (`OUT/<stage>.settings.json`); a rerun with others over rows already written is refused, naming what
+  changed, unless `overwrite` (start the stage over) — a stage file never mixes rows made two ways;
 - a summary (counts plus whatever the stage adds) is written atomically as JSON next to the output;
 - the batches run on an executor (`jobs.executor`, picked by `--engine`): this process, or a Ray Data
   pipeline across a cluster. The driver cuts the batches and writes what comes back, so the output is the
@@ -174,6 +177,8 @@ def run_stage(
     engine: Executor | None = None,
     concurrency: int = 1,
     tokens: Callable[[Row], int] | None = None,
+    settings: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Process this shard's rows in batches, resumably; return all its output rows and the summary.
 
@@ -194,6 +199,8 @@ def run_stage(
         concurrency: above 1 (local engine), each row is its own `process` call, this many in flight at
             once: the way to keep an HTTP endpoint busy without waiting for the slowest row of a batch.
         tokens: completion tokens an output row cost, for the progress bar's tokens/s.
+        settings: what shapes the output rows; recorded, and a rerun with others raises `SettingsChanged`.
+        overwrite: discard this shard's earlier output (rows, failures, settings) and start over.
     """
     engine = engine or LocalExecutor()
     mine = [row for row in rows if shard.owns(row["id"])]
@@ -207,6 +214,8 @@ def run_stage(
         tokens=tokens,
         label=f"{stage}{shard.suffix()}",
         show_progress=show_progress,
+        settings=settings,
+        overwrite=overwrite,
     )
     failures = run.failures
     summary: dict[str, Any] = {

@@ -31,10 +31,10 @@ from typing import Any
 
 from eval.bootstrap import BOOTSTRAP_RESAMPLES, RatioSet, bootstrap_intervals, interval_keys
 from eval.official_calls import official_request, official_sampling
-from eval.pairwise import PairItem, PairItems, consistency_metrics, prediction_row, resolve_image_paths
+from eval.pairwise import PairItem, PairItems, consistency_metrics, image_checked, prediction_row
 from eval.pairwise_run import PairwiseBenchmark
 from eval.provenance import provenance_of, row_sha256, with_image_file
-from jobs.jsonl import InputError, parse_records, read_json_list, read_jsonl
+from jobs.jsonl import InputError, parse_records, read_json_list, read_jsonl_rows
 from judge.backends.base import Backend
 from judge.images import load_image
 from judge.judging import item_rng
@@ -139,26 +139,33 @@ def _item_from_row(row: Any, where: str) -> PairItem:
 
 
 def load_multimodal_rewardbench(
-    data: str | Path, *, image_folder: str | Path | None = None, limit: int | None = None
+    data: str | Path,
+    *,
+    image_folder: str | Path | None = None,
+    limit: int | None = None,
+    max_bad_fraction: float = 0.0,
 ) -> PairItems:
     """Items from `all_data.json` (a JSON list) or a JSONL file; image paths are checked before anything runs.
 
     The result's `provenance` holds `data_sha256` over the rows used (each row and its image file's bytes).
+    Every bad row (a field, a missing image file) is reported; with `max_bad_fraction` > 0 those up to that
+    share of the (first `limit`) rows are left out instead, listed in `skipped` and counted in
+    `data_skipped_rows` (`jobs.jsonl.parse_records`).
     """
     path = Path(data)
     if not path.is_file():
         raise InputError(f"--data {data}: file not found (download all_data.json with the benchmark's script)")
     if path.suffix == ".jsonl":
-        rows = [(f"line {n}", row) for n, row in read_jsonl(path)]
+        rows = list(read_jsonl_rows(path))
     else:
         loaded = read_json_list(path, str(path), "a JSON list of items (all_data.json)")
         rows = [(f"item {i}", row) for i, row in enumerate(loaded)]
-    items = parse_records(rows, _item_from_row, path)
-    items = items[:limit] if limit is not None else items
-    resolve_image_paths(items, path, image_folder)
+    rows = rows[:limit] if limit is not None else rows
+    parse = image_checked(_item_from_row, path, image_folder)
+    items = parse_records(rows, parse, path, max_bad_fraction=max_bad_fraction)
     for item in items:
         item.extra["row_sha256"] = with_image_file(item.extra["row_sha256"], item.image)
-    return PairItems(items, provenance_of(items, source=str(data)))
+    return PairItems(items, provenance_of(items, source=str(data), skipped=len(items.skipped)), items.skipped)
 
 
 def official_prompt(question: str, answer_a: str, answer_b: str) -> str:

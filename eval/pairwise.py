@@ -9,14 +9,14 @@ and accuracy per group from one decision per item.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jobs.jsonl import InputError
 from judge.judging import Judge
-from judge.types import MCItem
+from judge.types import DataError, MCItem
 
 __all__ = [
     "GroupCounts",
@@ -24,6 +24,7 @@ __all__ = [
     "PairItems",
     "consistency_metrics",
     "group_accuracies",
+    "image_checked",
     "mc_predict",
     "prediction_row",
     "resolve_image_paths",
@@ -48,13 +49,20 @@ class PairItem:
 
 class PairItems(list):
     """The items of a benchmark file, plus `provenance`: the `metrics.json` keys saying which data it was
-    (`data_sha256`, `data_rows`, `data_source`, `data_revision`; see `eval.provenance`)."""
+    (`data_sha256`, `data_rows`, `data_source`, `data_revision`, `data_skipped_rows`; see `eval.provenance`),
+    and `skipped`: the problem of each bad row left out (under `--max-bad-fraction`)."""
 
     provenance: dict[str, Any]
 
-    def __init__(self, items: Iterable[PairItem] = (), provenance: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        items: Iterable[PairItem] = (),
+        provenance: dict[str, Any] | None = None,
+        skipped: Sequence[str] = (),
+    ) -> None:
         super().__init__(items)
         self.provenance = provenance or {}
+        self.skipped = list(skipped)
 
 
 @dataclass
@@ -112,6 +120,30 @@ def mc_predict(judge: Judge, items: Sequence[PairItem]) -> list[dict[str, Any]]:
 def prediction_row(item: PairItem, **fields: Any) -> dict[str, Any]:
     """A `predictions.jsonl` row of either benchmark and mode: the item's keys first, then the mode's `fields`."""
     return {"id": item.id, "group": item.group, "source": item.source, "preferred": item.preferred, **fields}
+
+
+def image_checked(
+    parse: Callable[..., PairItem], data_file: str | Path, image_folder: str | Path | None = None
+) -> Callable[..., PairItem]:
+    """`parse(row, where=…)` that also makes the item's relative image path absolute (against `image_folder`,
+    default the data file's folder) and checks the file is there: a missing image is that row's problem, so
+    it counts as a bad row (`jobs.jsonl.parse_records`), and a wrong folder fails before any model loads."""
+    base = Path(image_folder) if image_folder is not None else Path(data_file).parent
+
+    def parse_and_check(row: Any, where: str) -> PairItem:
+        item = parse(row, where=where)
+        if isinstance(item.image, str) and not item.image.startswith("data:"):
+            item.image = str(base / item.image)
+            if not Path(item.image).is_file():
+                raise DataError(
+                    "image",
+                    f"image file not found: {item.image}",
+                    f"relative paths are resolved against {base}; point the image folder option there or fix the path",
+                    where,
+                )
+        return item
+
+    return parse_and_check
 
 
 def resolve_image_paths(

@@ -96,7 +96,12 @@ def _provenance_lines(metrics: Mapping[str, Any]) -> list[str]:
     return [
         "",
         f"Data: `{metrics.get('data_source')}`" + (f" at hub commit `{revision}`" if revision else "") + f", "
-        f"{metrics.get('data_rows')} rows, data_sha256 `{metrics['data_sha256']}`.",
+        f"{metrics.get('data_rows')} rows, data_sha256 `{metrics['data_sha256']}`"
+        + (
+            f"; {metrics['data_skipped_rows']} bad row(s) left out (--max-bad-fraction)."
+            if metrics.get("data_skipped_rows")
+            else "."
+        ),
     ]
 
 
@@ -230,8 +235,14 @@ def run_pairwise(
     show_progress: bool = True,
     engine: Executor | None = None,
     after: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Predict (resuming from `out/predictions.jsonl`), score, and write the report; returns the metrics.
+
+    `settings` (what shapes the predictions: judge or model, protocol) are recorded beside the predictions, and
+    a rerun with others over predictions already written is refused (`jobs.resumable.SettingsChanged`);
+    `overwrite` discards them and predicts every item again.
 
     `after(rows)`, when given, amends the finished rows before scoring (e.g. `--llm-parse`) and they are
     written back. The items' `provenance` (see `PairItems`) goes into `metrics.json`.
@@ -247,6 +258,8 @@ def run_pairwise(
         description=bench.name,
         show_progress=show_progress,
         engine=engine,
+        settings=settings,
+        overwrite=overwrite,
     )
     if after is not None:
         rows = after(rows)

@@ -51,13 +51,25 @@ def with_image_file(row_hash: str, image: Any) -> str:
     return row_hash
 
 
-def data_provenance(row_hashes: Sequence[str], *, source: str, revision: str | None = None) -> dict[str, Any]:
+def data_provenance(
+    row_hashes: Sequence[str], *, source: str, revision: str | None = None, skipped: int = 0
+) -> dict[str, Any]:
     """The `metrics.json` keys that say which data was scored: `data_sha256` over the rows' hashes in file
-    order, `data_rows`, `data_source` and `data_revision` (the hub commit, None for local files)."""
+    order, `data_rows`, `data_source`, `data_revision` (the hub commit, None for local files) and
+    `data_skipped_rows` (bad rows left out under `--max-bad-fraction`; they are not in `data_rows`)."""
     digest = hashlib.sha256("\n".join(row_hashes).encode("ascii")).hexdigest()
-    return {"data_sha256": digest, "data_rows": len(row_hashes), "data_source": source, "data_revision": revision}
+    return {
+        "data_sha256": digest,
+        "data_rows": len(row_hashes),
+        "data_source": source,
+        "data_revision": revision,
+        "data_skipped_rows": skipped,
+    }
 
 
-def provenance_of(items: Iterable[Any], *, source: str, revision: str | None = None) -> dict[str, Any]:
+def provenance_of(
+    items: Iterable[Any], *, source: str, revision: str | None = None, skipped: int = 0
+) -> dict[str, Any]:
     """`data_provenance` from items that carry their `row_sha256` in `extra`."""
-    return data_provenance([item.extra["row_sha256"] for item in items], source=source, revision=revision)
+    hashes = [item.extra["row_sha256"] for item in items]
+    return data_provenance(hashes, source=source, revision=revision, skipped=skipped)

@@ -13,7 +13,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Official", "Scoring", "load_pairwise", "mmvet_candidates", "run_pairwise_benchmark"]
+__all__ = [
+    "Official",
+    "Scoring",
+    "load_pairwise",
+    "mmvet_candidates",
+    "official_config",
+    "run_pairwise_benchmark",
+    "run_settings",
+]
 
 
 @dataclass
@@ -50,16 +58,24 @@ class Official:
 
 
 def load_pairwise(
-    benchmark: str, data: str | Path, *, limit: int | None = None, revision: str | None = None, image_folder: Any = None
+    benchmark: str,
+    data: str | Path,
+    *,
+    limit: int | None = None,
+    revision: str | None = None,
+    image_folder: Any = None,
+    max_bad_fraction: float = 0.0,
 ) -> tuple[Any, list[Any]]:
-    """The benchmark's module (`eval.vl_rewardbench` or `eval.multimodal_rewardbench`) and its items."""
+    """The benchmark's module (`eval.vl_rewardbench` or `eval.multimodal_rewardbench`) and its items (bad rows
+    up to `max_bad_fraction` skipped: `items.skipped`)."""
+    options = dict(limit=limit, image_folder=image_folder, max_bad_fraction=max_bad_fraction)
     if benchmark == "vl-rewardbench":
         from eval import vl_rewardbench as bench
 
-        return bench, bench.load_vl_rewardbench(data, limit=limit, revision=revision, image_folder=image_folder)
+        return bench, bench.load_vl_rewardbench(data, revision=revision, **options)
     from eval import multimodal_rewardbench as bench
 
-    return bench, bench.load_multimodal_rewardbench(data, image_folder=image_folder, limit=limit)
+    return bench, bench.load_multimodal_rewardbench(data, **options)
 
 
 def _scoring(bench: Any, scoring: Scoring) -> tuple[Any, Any]:
@@ -85,11 +101,13 @@ def run_pairwise_benchmark(
     batch_size: int = 8,
     show_progress: bool = True,
     engine: Any = None,
+    overwrite: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """Score `predictions`, or run the MC `judge` (an `eval.workers.JudgeSpec`), or `model` (a `ModelSpec`)
     under the official protocol with `official` decoding; returns the benchmark's title and its metrics.
 
-    Every run writes predictions.jsonl, metrics.json, report.md and the charts into `out`.
+    Every run writes predictions.jsonl, metrics.json, report.md and the charts into `out`. A model run records
+    what shapes its predictions (`run_settings`); rerun into `out` with others, it is refused unless `overwrite`.
     """
     from eval.common import read_decisions
     from eval.pairwise_run import report_pairwise, run_pairwise
@@ -104,19 +122,43 @@ def run_pairwise_benchmark(
         kind = "file" if not any("calls" in r for r in rows) else f"file with official calls, {scoring.reading} reading"
         report_pairwise(spec, metrics, out, judge_name=predictions.name, protocol=bench.protocol(kind))
         return spec.title, metrics
-    common = dict(batch_size=batch_size, judge_name=judge_name, show_progress=show_progress, engine=engine)
+    common = dict(
+        batch_size=batch_size, judge_name=judge_name, show_progress=show_progress, engine=engine, overwrite=overwrite
+    )
     if judge is not None:
         work, protocol = mc_work(judge), bench.protocol("mc", orders=judge.config.orders or 2)
-        return spec.title, run_pairwise(spec, items, out, work, protocol=protocol, **common)
+        settings = run_settings(bench, judge=judge)
+        return spec.title, run_pairwise(spec, items, out, work, protocol=protocol, settings=settings, **common)
+    config = official_config(bench, scoring, official)
+    protocol = bench.protocol("official", config, **({"reading": scoring.reading} if vlrb else {}))
+    work = official_work(bench.official_predict, model, config)
+    settings = run_settings(bench, model=model, official=config)
+    return spec.title, run_pairwise(spec, items, out, work, protocol=protocol, after=after, settings=settings, **common)
+
+
+def official_config(bench: Any, scoring: Scoring, official: Official | None) -> Any:
+    """The benchmark's official-protocol config (`VLRBConfig` / `MMRBConfig`): its defaults, then the
+    decoding given, seeded by the scoring seed."""
     official = official or Official()
+    vlrb = bench.BENCHMARK.name == "vl_rewardbench"
     overrides: dict[str, Any] = {"seed": scoring.seed}
     for name in ("temperature", "max_new_tokens") + (("top_p",) if vlrb else ()):
         if getattr(official, name) is not None:
             overrides[name] = getattr(official, name)
-    config = bench.VLRBConfig(k=scoring.k, **overrides) if vlrb else bench.MMRBConfig(**overrides)
-    protocol = bench.protocol("official", config, **({"reading": scoring.reading} if vlrb else {}))
-    work = official_work(bench.official_predict, model, config)
-    return spec.title, run_pairwise(spec, items, out, work, protocol=protocol, after=after, **common)
+    return bench.VLRBConfig(k=scoring.k, **overrides) if vlrb else bench.MMRBConfig(**overrides)
+
+
+def run_settings(bench: Any, *, judge: Any = None, model: Any = None, official: Any = None) -> dict[str, Any]:
+    """What shapes a benchmark run's predictions: the benchmark and mode, then the MC judge's settings
+    (`JudgeSpec.settings`), or the official protocol's model and decoding."""
+    if judge is not None:
+        return {"benchmark": bench.BENCHMARK.name, "mode": "mc", **judge.settings()}
+    return {
+        "benchmark": bench.BENCHMARK.name,
+        "mode": "official",
+        "model": model.settings(),
+        "protocol": dataclasses.asdict(official),
+    }
 
 
 def mmvet_candidates(
@@ -132,9 +174,11 @@ def mmvet_candidates(
     batch_size: int = 8,
     show_progress: bool = True,
     engine: Any = None,
+    overwrite: bool = False,
 ) -> dict[str, list[str]]:
     """MM-Vet best-of-N's candidates: read from N prediction `files`, or `n` sampled from `policy` (a
-    `ModelSpec`; resumable through `out/candidates.jsonl`, then saved as N files in `out`)."""
+    `ModelSpec`; resumable through `out/candidates.jsonl`, then saved as N files in `out`; `overwrite`
+    samples them all again)."""
     from eval import mmvet
 
     if files:
@@ -150,6 +194,7 @@ def mmvet_candidates(
         cache_path=out / "candidates.jsonl",
         show_progress=show_progress,
         engine=engine,
+        overwrite=overwrite,
     )
     mmvet.save_candidates(candidates, out)
     return candidates

@@ -32,16 +32,17 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
 from eval.bootstrap import BOOTSTRAP_RESAMPLES
 from eval.official_calls import official_request, official_sampling
-from eval.pairwise import PairItem, PairItems, consistency_metrics, prediction_row, resolve_image_paths
+from eval.pairwise import PairItem, PairItems, consistency_metrics, image_checked, prediction_row
 from eval.pairwise_run import PairwiseBenchmark
 from eval.provenance import provenance_of, row_sha256, with_image_file
 from eval.vlrb_readings import CALPY_KS, READINGS, Unit, calpy_units, default_headline_k, majority, unit_metrics
-from jobs.jsonl import InputError, read_jsonl
+from jobs.jsonl import InputError, parse_records, read_jsonl_rows
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 from judge.judging import item_rng
@@ -220,22 +221,6 @@ def _item_from_row(row: Any, where: str) -> PairItem:
     )
 
 
-def _parse_rows(rows: Iterable[tuple[str, Any]], source: str | Path, max_errors: int = 20) -> list[PairItem]:
-    """Every row parsed, every problem collected; repeated ids are kept (the GitHub copy repeats 18)."""
-    items, errors = [], []
-    for label, row in rows:
-        try:
-            items.append(_item_from_row(row, where=f"{source} {label}"))
-        except DataError as exc:
-            errors.append(str(exc))
-            if len(errors) >= max_errors:
-                errors.append(f"... stopped after {max_errors} errors")
-                break
-    if errors:
-        raise InputError(f"{len(errors)} problem(s) in {source}:\n" + "\n".join(errors))
-    return items
-
-
 def _unique_ids(items: Sequence[PairItem]) -> None:
     """Give each row its own id for predictions and resume: a repeated id's later rows become `id#2`, `id#3`…"""
     seen: dict[str, int] = {}
@@ -252,6 +237,7 @@ def load_vl_rewardbench(
     split: str = "test",
     revision: str | None = None,
     image_folder: str | Path | None = None,
+    max_bad_fraction: float = 0.0,
 ) -> PairItems:
     """Items from a local `.jsonl`/`.json`/`.parquet` file, or from the hub id `MMInstruction/VL-RewardBench`.
 
@@ -259,24 +245,33 @@ def load_vl_rewardbench(
     (`image_path` relative to the file's folder, or to `image_folder`; 18 ids appear twice there with other
     responses). Every row is kept; a repeated id's later rows get `#2`, `#3`… in `item.id` (the original id
     stays in `extra["id"]`). `"<image>\\n"` is removed from queries, as `inference_hf.py` does. The result's
-    `provenance` holds `data_sha256` over the rows used, and the hub commit for hub data.
+    `provenance` holds `data_sha256` over the rows used, and the hub commit for hub data. Every bad row (a
+    missing field, an image file not there) is reported; with `max_bad_fraction` > 0 those up to that share
+    of the (first `limit`) rows are left out instead, listed in the result's `skipped` and counted in
+    `data_skipped_rows` (`jobs.jsonl.parse_records`).
     """
     path = Path(data)
     hub_revision = None
     if path.suffix in (".jsonl", ".json") and path.is_file():
-        items = _parse_rows(((f"line {n}", row) for n, row in read_jsonl(path)), path)
+        rows: Iterable[tuple[str, Any]] = read_jsonl_rows(path)
     elif path.suffix in (".jsonl", ".json"):
         raise InputError(f"--data {data}: file not found")
     else:
-        rows, hub_revision = _dataset_rows(str(data), split, revision)
-        items = _parse_rows(((f"row {i}", row) for i, row in enumerate(rows)), data)
-    items = items[:limit] if limit is not None else items
+        dataset, hub_revision = _dataset_rows(str(data), split, revision)
+        rows = ((f"row {i}", row) for i, row in enumerate(dataset))
+    parse = image_checked(_item_from_row, path, image_folder) if path.is_file() else _item_from_row
+    items = parse_records(
+        islice(rows, limit),
+        parse,
+        path if path.is_file() else data,
+        max_bad_fraction=max_bad_fraction,
+        unique_ids=False,
+    )
     _unique_ids(items)
-    if path.is_file():
-        resolve_image_paths(items, path, image_folder)
     for item in items:
         item.extra["row_sha256"] = with_image_file(item.extra["row_sha256"], item.image)
-    return PairItems(items, provenance_of(items, source=str(data), revision=hub_revision))
+    provenance = provenance_of(items, source=str(data), revision=hub_revision, skipped=len(items.skipped))
+    return PairItems(items, provenance, items.skipped)
 
 
 def _dataset_rows(data: str, split: str, revision: str | None) -> tuple[Iterable[dict[str, Any]], str | None]:

@@ -4,6 +4,10 @@
 (one complete line per record, flushed per batch), so a crash loses at most the batch in flight; on
 re-run the ids already in `OUT` or `OUT.partial` are skipped; at the end the whole file is written to a
 temporary file and renamed onto `OUT`, so `OUT` is either absent or complete, never half-written.
+
+Reading a file of rows follows one rule everywhere (`parse_records`): every bad row is reported with its
+place, field and fix; with `max_bad_fraction` > 0 (the commands' `--max-bad-fraction`) bad rows up to that
+share of the rows are skipped and listed (`Records.skipped`), above it nothing is read and the error lists them.
 """
 
 from __future__ import annotations
@@ -13,20 +17,25 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from judge.types import DataError
 
 __all__ = [
+    "DEFAULT_MAX_BAD_FRACTION",
     "InputError",
+    "Records",
     "ResumableJsonlWriter",
     "atomic_writer",
+    "check_bad_fraction",
     "parse_records",
     "raise_problems",
     "read_complete_rows",
     "read_json_list",
     "read_jsonl",
+    "read_jsonl_rows",
     "read_records",
     "write_json_atomic",
     "write_jsonl_atomic",
@@ -35,9 +44,36 @@ __all__ = [
 
 T = TypeVar("T")
 
+DEFAULT_MAX_BAD_FRACTION = 0.05
+"""The commands that read rows (`judge`, `eval`, `synth records`) skip bad ones up to this share by default."""
+
 
 class InputError(ValueError):
     """One or more bad input lines; the message lists each with its line number, field and fix."""
+
+
+class Records(list):
+    """The records parsed from a file (a list), with the rows skipped as bad: `skipped` holds each one's
+    problem (`FILE line N: field 'x': problem — fix`), `rows` counts the rows read, good and bad."""
+
+    def __init__(self, records: Iterable[Any] = (), skipped: Sequence[str] = (), rows: int | None = None) -> None:
+        super().__init__(records)
+        self.skipped = list(skipped)
+        self.rows = len(self) + len(self.skipped) if rows is None else rows
+
+
+def check_bad_fraction(max_bad_fraction: float) -> float:
+    """`max_bad_fraction`, or a `ValueError` naming the flag when it is not a share in [0, 1]."""
+    if not 0.0 <= max_bad_fraction <= 1.0:
+        raise ValueError(f"--max-bad-fraction must be in [0, 1], got {max_bad_fraction}")
+    return max_bad_fraction
+
+
+@dataclass(frozen=True)
+class _Unparsable:
+    """A line that is not JSON, as a row: `parse_records` counts it as a bad row."""
+
+    problem: str
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
@@ -52,44 +88,86 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
                 raise InputError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
 
 
-def read_records(path: str | Path, parse: Callable[..., T], *, max_errors: int = 20) -> list[T]:
+def read_records(
+    path: str | Path, parse: Callable[..., T], *, max_errors: int = 20, max_bad_fraction: float = 0.0
+) -> Records:
     """Parse every line with `parse(row, where=...)`, collecting all errors before failing.
 
     Ids must be unique. All problems are counted and reported together (the first `max_errors` listed,
     then "... and N more"), each as `FILE line N: field 'x': problem — fix`, so a user fixes a file in one pass.
+    A line that is not JSON is one such problem. With `max_bad_fraction` > 0, bad lines up to that share are
+    skipped instead (`Records.skipped`); see `parse_records`.
     """
-    return parse_records(((f"line {n}", row) for n, row in read_jsonl(path)), parse, path, max_errors=max_errors)
+    return parse_records(read_jsonl_rows(path), parse, path, max_errors=max_errors, max_bad_fraction=max_bad_fraction)
+
+
+def read_jsonl_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """`(label, row)` per non-blank line, for `parse_records`: a line that is not JSON comes as a row it counts
+    as bad (where `read_jsonl` stops at it)."""
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                row = _Unparsable(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
+            yield f"line {number}", row
 
 
 def parse_records(
-    rows: Iterable[tuple[str, Any]], parse: Callable[..., T], source: str | Path, *, max_errors: int = 20
-) -> list[T]:
+    rows: Iterable[tuple[str, Any]],
+    parse: Callable[..., T],
+    source: str | Path,
+    *,
+    max_errors: int = 20,
+    max_bad_fraction: float = 0.0,
+    unique_ids: bool = True,
+) -> Records:
     """`read_records` for rows already in memory (a JSON list, a Parquet file, MM-Vet's `{id: entry}` object):
-    `(label, row)` pairs, the label saying where the row is (`"row 3"`), parsed with `parse(row, where="SOURCE label")`."""
+    `(label, row)` pairs, the label saying where the row is (`"row 3"`), parsed with `parse(row, where="SOURCE label")`.
+
+    A row is bad when `parse` raises `DataError` (or, with `unique_ids`, repeats an earlier record's id). With
+    `max_bad_fraction` 0 (the default) any bad row raises `InputError` listing them all. Above 0, bad rows up to
+    that share of the rows read are skipped and listed in the result's `skipped`; more than that raises
+    `InputError` naming the share, the flag and the first problems.
+    """
+    check_bad_fraction(max_bad_fraction)
     records: list[T] = []
-    errors: list[str] = []  # the first `max_errors`; the rest are only counted
-    n_errors = 0
+    problems: list[str] = []
+    n_rows = 0
     seen: dict[Any, str] = {}
     for label, row in rows:
+        n_rows += 1
         where = f"{source} {label}"
-        problem = None
+        if isinstance(row, _Unparsable):
+            problems.append(row.problem)
+            continue
         try:
             record = parse(row, where=where)
         except DataError as exc:
-            problem = str(exc)
-        else:
-            record_id = getattr(record, "id", None)
-            if record_id in seen:
-                problem = f"{where}: field 'id': duplicate id {record_id!r} (first on {seen[record_id]}) — give each record a unique id"
-            else:
-                seen[record_id] = label
-                records.append(record)
-        if problem is not None:
-            n_errors += 1
-            if len(errors) < max_errors:
-                errors.append(problem)
-    raise_problems(source, errors, total=n_errors, max_listed=max_errors)
-    return records
+            problems.append(str(exc))
+            continue
+        record_id = getattr(record, "id", None)
+        if unique_ids and record_id in seen:
+            problems.append(
+                f"{where}: field 'id': duplicate id {record_id!r} (first on {seen[record_id]}) — give each record a unique id"
+            )
+            continue
+        seen.setdefault(record_id, label)
+        records.append(record)
+    if problems and len(problems) > max_bad_fraction * n_rows:
+        if not max_bad_fraction:
+            raise_problems(source, problems, max_listed=max_errors)
+        shown = problems[:max_errors] + (
+            [f"... and {len(problems) - max_errors} more"] if len(problems) > max_errors else []
+        )
+        raise InputError(
+            f"{source}: {len(problems)} of {n_rows} rows are bad ({len(problems) / n_rows:.1%}), above "
+            f"--max-bad-fraction {max_bad_fraction:g}: nothing was run. Fix the rows, or raise --max-bad-fraction "
+            "to skip them:\n" + "\n".join(shown)
+        )
+    return Records(records, problems, n_rows)
 
 
 def raise_problems(

@@ -8,18 +8,28 @@ loaded) to run on an executor that builds it where the batches run: one judge pe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from jobs.executor import BatchFn, Executor
-from jobs.jsonl import read_records
+from jobs.jsonl import Records, read_records
 from jobs.resumable import run_resumable
 from judge.backends.spec import ModelSpec
 from judge.judging import Judge, JudgeConfig
 from judge.types import DataError, MCItem, Verdict
 
-__all__ = ["JudgeRunSummary", "JudgeSpec", "judge_file", "load_items", "select_work", "summarize"]
+__all__ = [
+    "JudgeRunSummary",
+    "JudgeSpec",
+    "judge_config_settings",
+    "judge_file",
+    "judge_settings",
+    "load_items",
+    "select_work",
+    "summarize",
+]
 
 
 @dataclass
@@ -37,6 +47,25 @@ class JudgeSpec:
     @property
     def name(self) -> str:
         return self.model.model
+
+    def settings(self) -> dict[str, Any]:
+        """What shapes this judge's verdicts: the model (`ModelSpec.settings`) and the judging settings (the
+        image size once, as the JudgeConfig's)."""
+        model = {k: v for k, v in self.model.settings().items() if k not in ("min_pixels", "max_pixels")}
+        return {"model": model, "judge": judge_config_settings(self.config)}
+
+
+def judge_config_settings(config: JudgeConfig) -> dict[str, Any]:
+    """The JudgeConfig fields that shape verdicts: all but `batch_size` (how many items go per call), so a
+    resumed run may change the batch size to fit memory."""
+    return {k: v for k, v in asdict(config).items() if k != "batch_size"}
+
+
+def judge_settings(judge: Judge | JudgeSpec) -> dict[str, Any]:
+    """The settings record of a judging job (`jobs.resumable.check_settings`), for a spec or a loaded judge."""
+    if isinstance(judge, JudgeSpec):
+        return judge.settings()
+    return {"model": {"backend": judge.backend.name}, "judge": judge_config_settings(judge.config)}
 
 
 def _selector(spec: JudgeSpec) -> Callable[[Sequence[MCItem]], list[Verdict]]:
@@ -72,11 +101,13 @@ class JudgeRunSummary:
     items_per_s: float | None
 
 
-def load_items(path: str | Path, *, check_images: bool = True) -> list[MCItem]:
+def load_items(path: str | Path, *, check_images: bool = True, max_bad_fraction: float = 0.0) -> Records:
     """Read and validate an MC-item JSONL file; every bad line is reported with its number and field.
 
     With `check_images`, image paths must name existing files (relative paths are resolved against the
-    file's folder), so a typo fails before any model is loaded rather than halfway through a run.
+    file's folder), so a typo fails before any model is loaded rather than halfway through a run. With
+    `max_bad_fraction` > 0, bad lines up to that share are skipped and listed in the result's `skipped`
+    (`jobs.jsonl.parse_records`); more raise `InputError`.
     """
     base = Path(path).parent
 
@@ -92,7 +123,7 @@ def load_items(path: str | Path, *, check_images: bool = True) -> list[MCItem]:
                 )
         return item
 
-    return read_records(path, parse)
+    return read_records(path, parse, max_bad_fraction=max_bad_fraction)
 
 
 def summarize(
@@ -124,6 +155,7 @@ def judge_file(
     *,
     show_progress: bool = False,
     engine: Executor | None = None,
+    overwrite: bool = False,
 ) -> tuple[list[Verdict], JudgeRunSummary]:
     """Judge the items whose ids are not yet in `output`, appending as batches finish.
 
@@ -133,6 +165,10 @@ def judge_file(
         output: verdict JSONL; finished ids in it (or in its `.partial` file) are skipped.
         show_progress: draw a progress bar (items done out of all).
         engine: the executor the batches run on (default: this process; Ray needs a `JudgeSpec`).
+        overwrite: discard the verdicts an earlier run left in `output` and judge every item again.
+
+    The judge's settings (`judge_settings`) are recorded beside `output`; resuming with other settings
+    raises `jobs.resumable.SettingsChanged` instead of mixing verdicts made two ways.
 
     Returns:
         All verdicts for `items` (earlier runs' included), in the items' order, and a summary.
@@ -146,6 +182,8 @@ def judge_file(
         finish=_verdict_rows,
         label="judging",
         show_progress=show_progress,
+        settings=judge_settings(judge),
+        overwrite=overwrite,
     )
     verdicts = [Verdict.from_dict(row) for row in run.rows_for(item.id for item in items)]
     return verdicts, summarize(items, verdicts, n_judged_now=run.n_todo, wall_s=run.wall_s)

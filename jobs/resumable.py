@@ -10,23 +10,37 @@ and every synthesis stage (`data_synthesis.stages.run_stage`) are this loop with
   or on Ray; with `concurrency` > 1 on the local executor each row is its own call, that many in flight;
 - a row the work marks failed (`{"id", FAILED: reason, "error": ...}`) is set aside, not written: it goes
   to `OUT_STEM.failed.jsonl` (removed when a run has none), and the next run retries it like any missing row;
+- the settings that shape the rows (model, decoding, image size, …; the caller names them) are recorded in
+  `OUT_STEM.settings.json`, and a run with other settings over rows already written is refused
+  (`SettingsChanged`, naming what differs) instead of resuming: a file never mixes rows made two ways;
+  `overwrite` discards the old rows and starts over;
 - one progress bar (`jobs.progress`) counts the items done out of all, with tokens/s and failures.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jobs.executor import BatchFn, Executor, LocalExecutor
-from jobs.jsonl import ResumableJsonlWriter, read_jsonl, write_jsonl_atomic
+from jobs.jsonl import ResumableJsonlWriter, read_jsonl, write_json_atomic, write_jsonl_atomic
 from jobs.progress import progress_bar
 
-__all__ = ["FAILED", "ResumableRun", "failed_path_for", "run_resumable"]
+__all__ = [
+    "FAILED",
+    "ResumableRun",
+    "SettingsChanged",
+    "check_settings",
+    "discard_output",
+    "failed_path_for",
+    "run_resumable",
+    "settings_path_for",
+]
 
 Row = dict[str, Any]
 
@@ -65,6 +79,101 @@ def failed_path_for(path: str | Path) -> Path:
     return path.with_name(f"{path.name.removesuffix('.jsonl')}.failed.jsonl")
 
 
+def settings_path_for(path: str | Path) -> Path:
+    """`OUT/stage.jsonl` → `OUT/stage.settings.json`: where the settings that shaped a job's rows are kept."""
+    path = Path(path)
+    return path.with_name(f"{path.name.removesuffix('.jsonl')}.settings.json")
+
+
+class SettingsChanged(ValueError):
+    """Rows already in an output were made with other settings than this run's: resuming would mix them."""
+
+
+def _partial_path(path: Path) -> Path:
+    return path.with_name(path.name + ".partial")
+
+
+def discard_output(path: str | Path) -> None:
+    """Remove a job's output and everything beside it that a resume would read (`--overwrite`)."""
+    path = Path(path)
+    for leftover in (path, _partial_path(path), failed_path_for(path), settings_path_for(path)):
+        leftover.unlink(missing_ok=True)
+
+
+def _plain(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings as their JSON reads back (paths and other objects as strings), so a record compares equal."""
+    return json.loads(json.dumps(dict(settings), sort_keys=True, default=str))
+
+
+def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """`name: old → new` for every setting that differs (nested ones by their dotted path)."""
+    before, after = _flat(old), _flat(new)
+    unset = object()
+
+    def shown(value: Any) -> str:
+        return "(unset)" if value is unset else json.dumps(value)
+
+    return [
+        f"{key}: {shown(before.get(key, unset))} → {shown(after.get(key, unset))}"
+        for key in sorted(set(before) | set(after))
+        if before.get(key, unset) != after.get(key, unset)
+    ]
+
+
+def _has_rows(path: Path) -> bool:
+    return any(p.is_file() and p.stat().st_size > 0 for p in (path, _partial_path(path)))
+
+
+def check_settings(path: str | Path, settings: Mapping[str, Any] | None, *, overwrite: bool = False) -> None:
+    """Refuse to resume `path` when its rows were made with other settings; record this run's settings.
+
+    Args:
+        path: the job's output JSONL.
+        settings: what shapes the rows (JSON-able; nested mappings allowed). None: nothing is recorded or
+            checked (a job whose rows depend on nothing but the inputs).
+        overwrite: discard the output, its partial, failed and settings files first, and start over.
+
+    Raises:
+        SettingsChanged: naming each setting that differs, and the two ways out (a new output, `--overwrite`).
+
+    An output written before settings were recorded (rows, no record) takes this run's settings as its record.
+    """
+    path = Path(path)
+    if overwrite:
+        discard_output(path)
+    if settings is None:
+        return
+    record = settings_path_for(path)
+    wanted = _plain(settings)
+    if _has_rows(path) and record.is_file():
+        try:
+            recorded = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SettingsChanged(
+                f"{record} (the settings {path.name} was made with) is unreadable ({exc}): write to a new output, "
+                "or add --overwrite to discard its rows and start over"
+            ) from exc
+        changed = _differences(recorded, wanted)
+        if changed:
+            raise SettingsChanged(
+                f"{path} holds rows made with other settings than this run's ({'; '.join(changed)}), and resuming "
+                "would mix the two. Write to a new output (another --output / --out), or add --overwrite to "
+                f"discard its rows and make them all again with the new settings (recorded in {record.name})"
+            )
+        return
+    write_json_atomic(record, wanted)
+
+
 def _item_id(item: Any) -> Any:
     return item["id"] if isinstance(item, dict) else item.id
 
@@ -95,6 +204,8 @@ def run_resumable(
     tokens: Callable[[Row], int] | None = None,
     label: str = "batch",
     show_progress: bool = True,
+    settings: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> ResumableRun:
     """Run `work` over the items whose ids are not yet in `path`, a batch at a time, and publish `path`.
 
@@ -111,11 +222,15 @@ def run_resumable(
         tokens: completion tokens an output row cost, for the bar's tokens/s and `ResumableRun.tokens`.
         label: the bar's label (and the work's name when `work` is a plain function).
         show_progress: draw the bar.
+        settings: what shapes the rows (model, decoding, image size, …): recorded beside the output, and a
+            run with other settings over rows already written raises `SettingsChanged` (`check_settings`).
+        overwrite: discard what an earlier run left in `path` and start over.
     """
     if concurrency < 1:
         raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    check_settings(path, settings, overwrite=overwrite)
     engine = engine or LocalExecutor()
     work = BatchFn.of(work, label)
     ids = [item_id(item) for item in items]

@@ -4,30 +4,43 @@ A PEFT adapter folder (what `use_lora=true` training writes: `adapter_config.jso
 `config.json`) loads too: its base comes from the adapter's `base_model_name_or_path` (or an explicit
 `base=`), and the adapter is merged into the base's weights in memory, so every command that takes a
 model takes an adapter folder the same way (`adapter_revisions.merge` writes such a merge to disk).
+
+Before a backend loads anything, `check_model_source` tells a mistyped folder from a hub id, so a missing
+folder fails at once instead of after the hub's retries, and says when the folder holds a model that was
+never trained (`UNTRAINED_MARKER`, written by `tiny_world.model`): its verdicts would not parse.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ADAPTER_CONFIG",
+    "UNTRAINED_MARKER",
     "AdapterSource",
     "LoadedModel",
+    "check_model_source",
     "default_device",
     "load_adapter_onto",
     "load_base_config",
     "load_model",
     "load_processor",
+    "mark_untrained",
     "merge_adapter_into",
     "processor_folder",
     "resolve_adapter",
     "set_pixel_range",
+    "untrained_marker",
 ]
+
+logger = logging.getLogger("judge.models")
 
 ADAPTER_CONFIG = "adapter_config.json"
 BASE_FIX = (
@@ -49,6 +62,106 @@ class AdapterSource:
 def _looks_local(name: str) -> bool:
     """True for a string that can only be a filesystem path (a hub id is `org/name` or `name`)."""
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+"""A hub repository id: `owner/name` or a bare canonical `name` (letters, digits, `_ . -`)."""
+_PATH_ENDINGS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".json", ".yaml", ".jsonl")
+
+UNTRAINED_MARKER = "mrjudge_untrained.json"
+"""A file in a model folder whose weights are a random initialisation (`tiny_world.model` writes it), with
+the SHA-256 of those weights: a folder trained in place no longer matches and is not flagged."""
+UNTRAINED_FIX = (
+    "its verdicts will not parse (it writes noise). Train it (`mrjudge demo` trains one, into "
+    "runs/demo/grpo/model) or judge with a trained model such as runs/demo/grpo/model"
+)
+
+
+def _weights_sha256(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.safetensors")):
+        digest.update(path.name.encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def mark_untrained(folder: str | Path, **about: Any) -> Path:
+    """Write `UNTRAINED_MARKER` into a freshly initialised model folder (after its weights are saved)."""
+    path = Path(folder) / UNTRAINED_MARKER
+    record = {"untrained": True, "weights_sha256": _weights_sha256(Path(folder)), **about}
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def untrained_marker(folder: str | Path) -> dict[str, Any] | None:
+    """The folder's `UNTRAINED_MARKER` when its weights are still the ones it was written for, else None."""
+    path = Path(folder).expanduser() / UNTRAINED_MARKER
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or record.get("weights_sha256") != _weights_sha256(path.parent):
+        return None
+    return record
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _cached_on_hub(repo_id: str) -> bool:
+    """Whether the local hub cache holds the repository's config (what offline loading needs first)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return True  # no hub client to ask: let the loader say what it finds
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", ADAPTER_CONFIG))
+
+
+def check_model_source(model: str) -> None:
+    """Fail at once when `model` names a folder that is not there, before any hub request is made.
+
+    A folder that exists passes (and is reported when it holds an untrained model: `UNTRAINED_MARKER`). A
+    name that is not there is a path, not a hub id, when it starts with `/ ./ ../ ~`, has more than one `/`,
+    ends like a path (`/`, a weights or config file), or its first part is a folder here (`runs/judge` with
+    `runs/` present); then `FileNotFoundError` names it, and the hub id it would otherwise be. A hub id
+    (`owner/name`) passes, unless `HF_HUB_OFFLINE` is set and the hub cache does not hold it.
+    """
+    local = Path(model).expanduser()
+    if local.exists():
+        if local.is_dir() and (marker := untrained_marker(local)) is not None:
+            size = f"{marker.get('size', '')} {marker.get('kind', '')}".strip()
+            logger.warning(
+                "warning: %s is an untrained tiny model from the factory (%s, random weights): %s",
+                model,
+                f"`mrjudge tiny-model`, {size}" if size else "`mrjudge tiny-model`",
+                UNTRAINED_FIX,
+            )
+        return
+    hub_id = bool(_HUB_ID.match(model))
+    parent = model.split("/", 1)[0] if "/" in model else None
+    path_like = (
+        _looks_local(model)
+        or model.endswith(("/", *_PATH_ENDINGS))
+        or not hub_id
+        or (parent is not None and Path(parent).expanduser().is_dir())
+    )
+    where = f"(relative paths count from the current directory, {os.getcwd()})"
+    if path_like:
+        shadow = (
+            f"; as a hub id it would be {model!r}, but the folder {parent}/ here makes it a path"
+            if hub_id and parent is not None
+            else ""
+        )
+        raise FileNotFoundError(f"no model folder {model!r} {where}{shadow} — check the path (a hub id is owner/name)")
+    if _offline() and not _cached_on_hub(model):
+        raise FileNotFoundError(
+            f"{model!r} is not a folder here {where}, and HF_HUB_OFFLINE is set, so the hub id can only "
+            "come from the hub cache, which does not hold it — fix the path, download it first "
+            f"(`hf download {model}`), or unset HF_HUB_OFFLINE"
+        )
 
 
 def _checked_base(base: str, where: str, config_path: Path) -> str:

@@ -10,7 +10,9 @@
         --grader-url https://api.openai.com/v1 --grader-model gpt-4-0613 --out runs/mmvet
 
 Every run writes `metrics.json`, `predictions.jsonl` (with the raw judge text), `report.md` and PNG charts
-into `--out`; re-running with the same `--out` skips the items already done.
+into `--out`; re-running with the same `--out` skips the items already done, and is refused when the settings
+that shape the predictions changed (the judge, its flags, the protocol), unless `--overwrite`. Bad data rows
+up to `--max-bad-fraction` are left out, listed and counted (`data_skipped_rows` in metrics.json).
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from typing import Any
 
 from mrjudge.config_flags import ConfigFlags
 from mrjudge.engine_flags import add_engine_flags, engine_from, pixel_options
-from mrjudge.judge_cmd import add_judge_config_flags, judge_config_from
+from mrjudge.judge_cmd import (
+    add_bad_rows_flag,
+    add_judge_config_flags,
+    add_overwrite_flag,
+    judge_config_from,
+    print_skipped,
+)
 from mrjudge.model_flags import MODEL_HELP, add_model_flags, loaded, model_spec
 
 from judge.judging import JudgeConfig
@@ -34,7 +42,9 @@ def _add_judge_flags(parser: argparse.ArgumentParser, *, predictions: bool) -> N
     model_help = "judge " + MODEL_HELP + ("; leave out with --predictions" if predictions else "")
     add_model_flags(parser, required=not predictions, model_help=model_help)
     parser.add_argument("--out", required=True, type=Path, help="run directory (metrics.json, predictions.jsonl, …)")
+    add_overwrite_flag(parser, "predictions (and MM-Vet's sampled candidates and grades)")
     parser.add_argument("--limit", type=int, help="only the first N items")
+    add_bad_rows_flag(parser)
     add_judge_config_flags(
         parser,
         EVAL_JUDGE_FLAGS,
@@ -125,16 +135,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     mmvet.set_defaults(run=run_mmvet_cli)
 
 
-def make_judge(args: argparse.Namespace, engine: Any) -> Any:
-    """The MC `JudgeSpec` from the flags (mc mode), seeded by `--seed`."""
+def make_judge(args: argparse.Namespace) -> Any:
+    """The MC `JudgeSpec` from the flags (mc mode), seeded by `--seed`; not loaded yet."""
     from eval.workers import JudgeSpec
 
-    spec = loaded(model_spec(args, pixel_options(args)), engine)
-    return JudgeSpec(spec, judge_config_from(args, EVAL_JUDGE_FLAGS))
+    return JudgeSpec(model_spec(args, pixel_options(args)), judge_config_from(args, EVAL_JUDGE_FLAGS))
+
+
+def _settled(path: Path, settings: dict[str, Any], args: argparse.Namespace) -> None:
+    """Refuse a rerun with other settings (or start over with --overwrite) before any model loads."""
+    from jobs.resumable import check_settings
+
+    check_settings(path, settings, overwrite=args.overwrite)
 
 
 def run_pairwise_cli(args: argparse.Namespace) -> int:
-    from eval.run import Official, Scoring, load_pairwise, run_pairwise_benchmark
+    from eval.run import Official, Scoring, load_pairwise, official_config, run_pairwise_benchmark, run_settings
 
     vlrb = args.benchmark == "vl-rewardbench"
     bench, items = load_pairwise(
@@ -143,7 +159,9 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
         limit=args.limit,
         revision=args.revision if vlrb else None,
         image_folder=args.image_folder,
+        max_bad_fraction=args.max_bad_fraction,
     )
+    print_skipped(args.data, items.skipped, len(items) + len(items.skipped))
     engine = engine_from(args)
     scoring = Scoring(seed=args.seed)
     if vlrb:
@@ -158,11 +176,16 @@ def run_pairwise_cli(args: argparse.Namespace) -> int:
     elif args.model is None:
         raise ValueError("give --model to run a judge, or --predictions to score a file")
     elif args.mode == "mc":
-        title, metrics = run_pairwise_benchmark(bench, items, judge=make_judge(args, engine), **run)
+        judge = make_judge(args)
+        _settled(args.out / "predictions.jsonl", run_settings(bench, judge=judge), args)
+        loaded(judge.model, engine)
+        title, metrics = run_pairwise_benchmark(bench, items, judge=judge, **run)
     else:
         official = Official(args.temperature, args.max_new_tokens, args.top_p if vlrb else None)
-        model = loaded(model_spec(args, pixel_options(args)), engine)
-        title, metrics = run_pairwise_benchmark(bench, items, model=model, official=official, **run)
+        model = model_spec(args, pixel_options(args))
+        protocol = official_config(bench, scoring, official)
+        _settled(args.out / "predictions.jsonl", run_settings(bench, model=model, official=protocol), args)
+        title, metrics = run_pairwise_benchmark(bench, items, model=loaded(model, engine), official=official, **run)
     _print_headline(title, metrics, args.out)
     return 0
 
@@ -194,7 +217,15 @@ def run_mmvet_cli(args: argparse.Namespace) -> int:
 
     engine = engine_from(args)
     run = dict(seed=args.seed, **_batching(args, engine))
-    questions = mmvet.load_mmvet(args.data, args.images, limit=args.limit)
+    questions = mmvet.load_mmvet(args.data, args.images, limit=args.limit, max_bad_fraction=args.max_bad_fraction)
+    print_skipped(args.data, questions.skipped, questions.rows)
+    judge = make_judge(args)
+    if args.overwrite:  # before any model loads: the folder's earlier work goes
+        from jobs.resumable import discard_output
+
+        for name in ("candidates.jsonl", "predictions.jsonl", "grades.jsonl"):
+            discard_output(args.out / name)
+    _settled(args.out / "predictions.jsonl", mmvet.mmvet_settings(judge, args.seed), args)
     policy = None
     if args.policy:
         policy = loaded(model_spec(args, pixel_options(args), args.policy), engine, flag="--policy")
@@ -208,7 +239,7 @@ def run_mmvet_cli(args: argparse.Namespace) -> int:
         max_new_tokens=args.policy_max_new_tokens,
         **run,
     )
-    judge = make_judge(args, engine)
+    loaded(judge.model, engine)
     grader = OpenAIBackend(args.grader_url, model_name=args.grader_model, api_key=args.grader_api_key)
     metrics = mmvet.run_mmvet(
         judge,

@@ -5,9 +5,11 @@
     mrjudge judge --model runs/judge --backend vllm --input items.jsonl --output v.jsonl --engine ray --ray-address auto
     mrjudge judge --model Qwen/Qwen2.5-VL-7B-Instruct --input items.jsonl --output v.jsonl --max-pixels 1003520
 
-Every input line is validated before any model is loaded; re-running with the same `--output` skips the
-ids already judged. Each verdict carries `usage` (prompt and completion tokens over its calls): with
-`--max-pixels` it shows what the cap saves.
+Every input line is validated before any model is loaded: bad lines up to `--max-bad-fraction` of the file
+are skipped, listed and counted; above it nothing runs (exit 2). Re-running with the same `--output` skips
+the ids already judged; with other settings (model, `--orders`, `--max-pixels`, …) it is refused, naming
+what changed, unless `--overwrite` (judge everything again) or a new `--output`. Each verdict carries
+`usage` (prompt and completion tokens over its calls): with `--max-pixels` it shows what the cap saves.
 """
 
 from __future__ import annotations
@@ -42,11 +44,49 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="MC items, JSONL; relative image paths are resolved against its folder",
     )
     parser.add_argument("--output", required=True, type=Path, help="verdicts, JSONL")
+    add_overwrite_flag(parser, "verdicts")
+    add_bad_rows_flag(parser, "lines")
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--api-key", help="openai backend: API key (default: $MRJUDGE_API_KEY or $OPENAI_API_KEY)")
     add_judge_config_flags(parser)
     add_engine_flags(parser)
     parser.set_defaults(run=run)
+
+
+def add_overwrite_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--overwrite`: start a resumable output over instead of resuming it (needed when settings changed)."""
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"discard the {what} an earlier run left and make them again; without it a rerun resumes, and "
+        "refuses when the settings that shape them changed",
+    )
+
+
+def add_bad_rows_flag(parser: argparse.ArgumentParser, rows: str = "rows") -> None:
+    """`--max-bad-fraction`: the same rule as `synth records` for the input's bad rows."""
+    from jobs.jsonl import DEFAULT_MAX_BAD_FRACTION
+
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=DEFAULT_MAX_BAD_FRACTION,
+        help=f"skip bad input {rows} (listed on stderr, counted) up to this share of the {rows}; above it, run "
+        f"nothing and exit 2 (default {DEFAULT_MAX_BAD_FRACTION}; 0: any bad {rows[:-1]} stops the run)",
+    )
+
+
+def print_skipped(source: Path, skipped: list[str], rows: int, max_listed: int = 20) -> None:
+    """The bad rows a command skipped, one per line on stderr (the first `max_listed`), under a count."""
+    import sys
+
+    if not skipped:
+        return
+    print(f"skipped {len(skipped)} bad row(s) of {rows} in {source} (under --max-bad-fraction):", file=sys.stderr)
+    for problem in skipped[:max_listed]:
+        print(f"  {problem}", file=sys.stderr)
+    if len(skipped) > max_listed:
+        print(f"  … and {len(skipped) - max_listed} more", file=sys.stderr)
 
 
 def add_judge_config_flags(
@@ -75,15 +115,16 @@ def token_totals(verdicts: list[Any]) -> str:
     return f"; tokens {prompt:,} prompt ({prompt / len(usages):,.0f} per item) + {completion:,} completion"
 
 
-def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "") -> None:
+def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "", skipped: int = 0) -> None:
     from rich.console import Console
 
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
     speed = "" if summary.items_per_s is None else f", {summary.items_per_s:.2f} items/s"
+    bad = f", {skipped} bad line(s) skipped" if skipped else ""
     Console(stderr=True).print(
-        f"[bold]{summary.n_items}[/] items ({summary.n_judged_now} judged now, {summary.n_skipped} resumed) "
+        f"[bold]{summary.n_items}[/] items ({summary.n_judged_now} judged now, {summary.n_skipped} resumed{bad}) "
         f"in {summary.wall_s:.1f}s{speed}; accuracy {pct(summary.accuracy)}, consistency "
         f"{pct(summary.consistency)}, unparsed {summary.n_unparsed}{tokens} → {output}"
     )
@@ -91,15 +132,18 @@ def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "") -> N
 
 def run(args: argparse.Namespace) -> int:
     from jobs.judge_file import JudgeSpec, judge_file, load_items
+    from jobs.resumable import check_settings
 
     config = judge_config_from(args)
     engine = engine_from(args)
     if not args.input.is_file():
         raise FileNotFoundError(f"--input {args.input} does not exist")
-    items = load_items(args.input)
-    spec = loaded(model_spec(args, config.pixel_options()), engine, what="the judge")  # on Ray the actors load it
-    judge = JudgeSpec(spec, config, image_root=args.input.parent)
+    items = load_items(args.input, max_bad_fraction=args.max_bad_fraction)
+    print_skipped(args.input, items.skipped, items.rows)
+    judge = JudgeSpec(model_spec(args, config.pixel_options()), config, image_root=args.input.parent)
+    check_settings(args.output, judge.settings(), overwrite=args.overwrite)  # before a model loads, not after
+    loaded(judge.model, engine, what="the judge")  # on Ray the actors load it
 
     verdicts, summary = judge_file(judge, items, args.output, show_progress=True, engine=engine)
-    print_summary(summary, args.output, token_totals(verdicts))
+    print_summary(summary, args.output, token_totals(verdicts), skipped=len(items.skipped))
     return 0

@@ -24,6 +24,7 @@ from typing import Any
 
 from mrjudge.config_flags import ConfigFlags, add_key_values
 from mrjudge.engine_flags import add_engine_flags, add_pixel_flags, engine_from, pixel_options
+from mrjudge.judge_cmd import add_overwrite_flag
 
 
 def _model_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -65,6 +66,7 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=16, help="rows per batch (backend requests are batched by it)"
     )
+    add_overwrite_flag(parser, "stage's rows")
     add_engine_flags(parser)
 
 
@@ -121,6 +123,7 @@ def _job_from(args: argparse.Namespace) -> dict[str, Any]:
         "engine": engine_from(args),
         "concurrency": args.concurrency,
         "max_failed_fraction": args.max_failed_fraction,
+        "overwrite": args.overwrite,
     }
 
 
@@ -239,6 +242,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, help="YAML with SynthConfig fields; the flags below override it")
     p.add_argument("--engine", choices=("local", "ray"), help="overrides the config's `engine`")
     p.add_argument("--ray-address", help="with --engine ray: overrides the config's `ray.address`")
+    add_overwrite_flag(p, "rows of every per-row stage (negatives, describe, distill)")
     _all_flags().add_to(p.add_argument_group("SynthConfig fields (data_synthesis/pipeline.py)"))
     add_key_values(p, "world_n=50")
     p.set_defaults(run=run_all)
@@ -354,7 +358,7 @@ def run_all(args: argparse.Namespace) -> int:
         if config.engine != "ray":
             raise ValueError("--ray-address needs --engine ray (or `engine: ray` in the config)")
         config.ray = {**config.ray, "address": args.ray_address}
-    print(all_line(run(config), Path(config.out)))
+    print(all_line(run(config, overwrite=args.overwrite), Path(config.out)))
     return 0
 
 

@@ -11,6 +11,10 @@ tokenizer trained locally with the Qwen pre-tokenizer and special tokens, a Qwen
     processor = AutoProcessor.from_pretrained(path)
     model = AutoModelForImageTextToText.from_pretrained(path)
 
+The weights are a random initialisation, and the folder says so: `judge.models.UNTRAINED_MARKER` (with the
+weights' SHA-256) makes the backends warn when it is loaded to judge, since its verdicts will not parse. The
+demo (`mrjudge demo`) trains one into a judge (`runs/demo/grpo/model`).
+
 The same seed gives byte-identical weights and tokenizer files. Sizes:
 - `tiny`  (~1.6 MB of weights): hidden 64, 2 layers, vision depth 2 — for plumbing tests.
 - `small` (~6.3 MB): hidden 128, 4 layers, vision hidden 128 — sized to learn simple visual questions on a CPU in
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from judge.models import mark_untrained
 from judge.prompt import COMPACT_PROMPT, DEFAULT_CRITERIA, DEFAULT_INSTRUCTION, option_letters
 
 __all__ = ["QWEN_SPECIAL_TOKENS", "TinySize", "TINY_SIZES", "build_tiny_model", "build_tokenizer"]
@@ -272,7 +277,7 @@ def build_tiny_model(
         size: a key of `TINY_SIZES` ("tiny", "small", "medium" or "tiny32").
 
     Returns:
-        The folder, ready for `from_pretrained`.
+        The folder, ready for `from_pretrained`, marked untrained (`judge.models.mark_untrained`).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
@@ -314,4 +319,5 @@ def build_tiny_model(
         processor.save_pretrained(out)
     else:
         tokenizer.save_pretrained(out)
+    mark_untrained(out, source="tiny_world.model.build_tiny_model", kind=kind, size=size, seed=seed)
     return out

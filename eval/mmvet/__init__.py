@@ -57,7 +57,7 @@ from eval.mmvet.grader import (
     grader_message,
     parse_grade,
 )
-from eval.mmvet.run import run_mmvet
+from eval.mmvet.run import mmvet_settings, run_mmvet
 from eval.mmvet.scoring import SELECTORS, oracle_pick, random_pick, score_mmvet
 
 __all__ = [
@@ -75,6 +75,7 @@ __all__ = [
     "load_candidates",
     "load_mmvet",
     "mmvet_provenance",
+    "mmvet_settings",
     "oracle_pick",
     "parse_grade",
     "random_pick",

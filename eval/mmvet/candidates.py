@@ -114,6 +114,7 @@ def generate_candidates(
     cache_path: str | Path | None = None,
     show_progress: bool = True,
     engine: Executor | None = None,
+    overwrite: bool = False,
 ) -> dict[str, list[str]]:
     """Sample `n` answers per question from a policy: the question as one user turn with its image.
 
@@ -124,9 +125,11 @@ def generate_candidates(
         temperature, top_p, max_new_tokens: decoding.
         seed: seeds each batch's sampling (derived from its first question id).
         batch_size: questions per backend call (each makes `n` requests).
-        cache_path: a JSONL file (e.g. `OUT/candidates.jsonl`) that makes sampling resumable.
+        cache_path: a JSONL file (e.g. `OUT/candidates.jsonl`) that makes sampling resumable; the policy and
+            decoding are recorded beside it, and resuming it with others is refused (`SettingsChanged`).
         show_progress: draw a progress bar.
         engine: where sampling runs (default: this process).
+        overwrite: discard the candidates an earlier run left in `cache_path` and sample them all again.
 
     Returns:
         `{id: [answer, ...]}` in the order of `questions`.
@@ -147,6 +150,7 @@ def generate_candidates(
     else:
         predict = BatchFn.of(partial(_sample_candidates, backend, **sampling), "sampling")
     if cache_path is not None:
+        policy = backend.settings() if isinstance(backend, ModelSpec) else {"backend": backend.name}
         rows = resumable_predictions(
             cache_path,
             questions,
@@ -155,6 +159,8 @@ def generate_candidates(
             description="sampling",
             show_progress=show_progress,
             engine=engine,
+            settings={"policy": policy, "sampling": sampling},
+            overwrite=overwrite,
         )
     else:
         batches = [questions[start : start + batch_size] for start in range(0, len(questions), batch_size)]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.provenance import data_provenance, row_sha256, with_image_file
-from jobs.jsonl import InputError, parse_records
+from jobs.jsonl import InputError, Records, parse_records
 from judge.types import DataError
 
 CAPABILITIES = ("rec", "ocr", "know", "gen", "spat", "math")
@@ -119,14 +119,20 @@ def _parse_entry(row: tuple[str, Any], *, where: str, images_dir: Path) -> MMVet
 
 
 def load_mmvet(
-    json_path: str | Path, images_dir: str | Path | None = None, limit: int | None = None
-) -> list[MMVetQuestion]:
+    json_path: str | Path,
+    images_dir: str | Path | None = None,
+    limit: int | None = None,
+    *,
+    max_bad_fraction: float = 0.0,
+) -> Records:
     """Read and validate `mm-vet.json`, reporting every bad entry at once.
 
     Args:
         json_path: the official `mm-vet.json` (`{id: {imagename, question, answer, capability}}`).
         images_dir: where the image files are; default `<json dir>/images`, MM-Vet's own layout.
         limit: keep only the first `limit` questions in file order (quick runs); only those are validated.
+        max_bad_fraction: leave out bad entries up to this share (listed in the result's `skipped`, counted
+            in `data_skipped_rows`) instead of failing (`jobs.jsonl.parse_records`).
 
     Raises:
         InputError: listing each problem as `FILE entry 'ID': field 'x': problem — fix`.
@@ -139,7 +145,8 @@ def load_mmvet(
     _refuse_v2(json_path, data)
     keys = list(data)[:limit] if limit is not None else list(data)
     entries = ((f"entry {key!r}", (key, data[key])) for key in keys)
-    questions = parse_records(entries, partial(_parse_entry, images_dir=images_dir), json_path, max_errors=MAX_LISTED)
+    parse = partial(_parse_entry, images_dir=images_dir)
+    questions = parse_records(entries, parse, json_path, max_errors=MAX_LISTED, max_bad_fraction=max_bad_fraction)
     if not questions:
         raise InputError(f"{json_path}: no questions — expected MM-Vet's {{id: entry}} object with at least one entry")
     return questions
@@ -163,7 +170,8 @@ def mmvet_provenance(questions: Sequence[MMVetQuestion], source: str | None = No
         for q in questions
     ]
     default = str(questions[0].image.parent) if questions else ""
-    return data_provenance(hashes, source=source or default)
+    skipped = len(getattr(questions, "skipped", ()))  # `load_mmvet`'s bad entries left out
+    return data_provenance(hashes, source=source or default, skipped=skipped)
 
 
 def _refuse_v2(path: Path, data: Mapping[str, Any]) -> None:

@@ -14,7 +14,8 @@ from eval.mmvet.report import mmvet_report
 from eval.mmvet.scoring import SELECTORS, capabilities_in, oracle_pick, random_pick, score_mmvet
 from jobs.executor import Executor
 from jobs.jsonl import InputError
-from jobs.judge_file import JudgeSpec, select_work
+from jobs.judge_file import JudgeSpec, judge_settings, select_work
+from jobs.resumable import discard_output
 from judge.backends.base import Backend
 from judge.judging import Judge
 from judge.prompt import MAX_CANDIDATES
@@ -68,6 +69,11 @@ def _row(
     }
 
 
+def mmvet_settings(judge: Judge | JudgeSpec, seed: int) -> dict[str, Any]:
+    """What shapes a best-of-N run's `predictions.jsonl` rows: the judge and the seed of the random pick."""
+    return {"judge": judge_settings(judge), "seed": seed}
+
+
 def run_mmvet(
     judge: Judge | JudgeSpec,
     questions: Sequence[MMVetQuestion],
@@ -81,13 +87,16 @@ def run_mmvet(
     engine: Executor | None = None,
     num_runs: int = 1,
     data_source: str | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Best-of-N on MM-Vet: judge each question's candidates, grade every candidate, score each selector.
 
     Every candidate is graded (the oracle needs all grades). A run in an existing `out_dir` resumes:
     finished questions are read back from `predictions.jsonl` and graded candidates from `grades.jsonl`,
     so no judge or grader call is repeated. An `out_dir` belongs to one configuration (judge, candidates,
-    seed): rows already written keep their picks.
+    seed): the judge's settings and the seed are recorded beside `predictions.jsonl`, and a rerun with
+    others is refused (`jobs.resumable.SettingsChanged`) unless `overwrite`, which starts the folder's
+    predictions and grades over.
 
     Args:
         judge: the judge (`judge.select` decides among the N candidates); a `JudgeSpec` to build it where
@@ -104,6 +113,7 @@ def run_mmvet(
         num_runs: independent gradings of every candidate (the MM-Vet paper: 5); scores are their mean,
             `*_total_std` their spread. A later run with more gradings adds only the missing ones.
         data_source: recorded as `data_source` beside `data_sha256` (default: the questions' image folder).
+        overwrite: discard the predictions and grades an earlier run left in `out_dir` and make them again.
 
     Returns:
         The metrics written to `metrics.json` (see `score_mmvet`).
@@ -115,6 +125,9 @@ def run_mmvet(
     out.mkdir(parents=True, exist_ok=True)
     by_id = {q.id: q for q in questions}
     predictions = out / "predictions.jsonl"
+    if overwrite:
+        discard_output(predictions)
+        discard_output(out / "grades.jsonl")
     for qid, row in read_rows_by_id(predictions, predictions.with_name(predictions.name + ".partial")).items():
         if qid in by_id and row.get("candidates") != list(candidates[qid]):
             raise InputError(
@@ -147,6 +160,7 @@ def run_mmvet(
             show_progress=show_progress,
             engine=engine,
             finish=grade,
+            settings=mmvet_settings(judge, seed),
         )
         cache.fill([(by_id[row["id"]], candidates[row["id"]]) for row in rows])  # runs added to an old folder
         cache.writer.finish()

@@ -12,9 +12,16 @@ def make_backend(model: str, backend: str | None = None, **kwargs) -> Backend:
         model: a local folder or hub id (hf, vllm), or a server URL ending in `/v1` (openai).
         backend: "hf", "openai" or "vllm".
         kwargs: passed to the backend's constructor.
+
+    A folder or hub id is checked first (`judge.models.check_model_source`): a missing folder fails at once,
+    naming it, instead of after the hub's retries; an untrained factory model is reported.
     """
     if backend is None:
         backend = "openai" if model.startswith(("http://", "https://")) else "hf"
+    if backend in ("hf", "vllm") and isinstance(model, str):
+        from judge.models import check_model_source
+
+        check_model_source(model)
     if backend == "hf":
         from judge.backends.hf import TransformersBackend
 

@@ -7,9 +7,13 @@ builds its own backend once. Pickling drops a built backend, so a spec used loca
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelSpec"]
+__all__ = ["OUTPUT_OPTIONS", "ModelSpec"]
+
+OUTPUT_OPTIONS = ("base", "dtype", "min_pixels", "max_pixels", "model_name")
+"""Backend options that change what the model writes (others — device, keys, timeouts — do not)."""
 
 
 @dataclass
@@ -35,6 +39,14 @@ class ModelSpec:
     def backend_name(self) -> str:
         """The backend this spec builds: the one named, or the default for its model."""
         return self.backend or ("openai" if self.model.startswith(("http://", "https://")) else "hf")
+
+    def settings(self) -> dict[str, Any]:
+        """What of this spec shapes the model's outputs, for a resumable job's settings record: the model (a
+        local folder as its absolute path), the backend and `OUTPUT_OPTIONS`; never a key or a device."""
+        local = Path(self.model).expanduser()
+        model = str(local.resolve()) if local.exists() else self.model
+        options = {name: self.options[name] for name in OUTPUT_OPTIONS if self.options.get(name) is not None}
+        return {"model": model, "backend": self.backend_name, **options}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_built": None}

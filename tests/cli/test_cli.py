@@ -1,5 +1,6 @@
-"""`mrjudge` end to end: judge round trip, resume, bad input, the one error guard, help, the tiny-model command,
-`synth all` from flags (the demo: tests/tiny_world/test_demo.py)."""
+"""`mrjudge` end to end: judge round trip, resume (refused when a setting changed), bad input (skipped under
+--max-bad-fraction), a missing model folder, the one error guard, help, the tiny-model command, `synth all`
+from flags (the demo: tests/tiny_world/test_demo.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from mrjudge.cli import main
@@ -55,6 +57,61 @@ def test_judge_round_trip_and_resume(parrot_dir, tmp_path, capsys):
     assert _read(out) == verdicts
     assert not partial.exists()
     assert "(3 judged now, 2 resumed)" in capsys.readouterr().err
+
+
+def test_a_rerun_with_a_changed_setting_is_refused_and_overwrite_judges_again(parrot_dir, tmp_path, capsys):
+    items, _ = write_items(tmp_path, n=2)
+    out = tmp_path / "verdicts.jsonl"
+    args = ["judge", "--model", str(parrot_dir), "--input", str(items), "--output", str(out), "--max-new-tokens", "40"]
+    assert main(args) == 0
+    assert json.loads((tmp_path / "verdicts.settings.json").read_text())["judge"]["max_pixels"] is None
+    before = out.read_bytes()
+    capsys.readouterr()
+
+    assert main([*args, "--max-pixels", "200704", "--orders", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "judge.max_pixels: null → 200704" in err and "judge.orders: null → 1" in err
+    assert "new output" in err and "--overwrite" in err
+    assert out.read_bytes() == before  # the old verdicts are kept, and nothing was mixed into them
+
+    assert main([*args, "--max-pixels", "200704", "--orders", "1", "--overwrite"]) == 0
+    assert "2 items (2 judged now, 0 resumed)" in capsys.readouterr().err
+    assert all(len(v["votes"]) == 1 for v in _read(out))
+    assert json.loads((tmp_path / "verdicts.settings.json").read_text())["judge"]["orders"] == 1
+
+
+def test_bad_lines_under_max_bad_fraction_are_skipped_listed_and_counted(parrot_dir, tmp_path, capsys):
+    items, rows = write_items(tmp_path, n=3)
+    items.write_text(items.read_text() + json.dumps({**rows[0], "id": "q9", "candidates": ["lonely"]}) + "\n")
+    out = tmp_path / "v.jsonl"
+    args = ["judge", "--model", str(parrot_dir), "--input", str(items), "--output", str(out), "--max-new-tokens", "8"]
+    assert main(args) == 2  # 1 bad line of 4 is above the default 0.05: nothing runs
+    err = capsys.readouterr().err
+    assert "1 of 4 rows are bad (25.0%), above --max-bad-fraction 0.05" in err and "line 4: field 'candidates'" in err
+    assert not out.exists()
+
+    assert main([*args, "--max-bad-fraction", "0.25"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 bad row(s) of 4" in err and "line 4: field 'candidates'" in err
+    assert "3 items (3 judged now, 0 resumed, 1 bad line(s) skipped)" in err
+    assert [v["id"] for v in _read(out)] == [r["id"] for r in rows]
+
+
+def test_a_missing_model_folder_fails_at_once_with_the_hub_unreachable(tmp_path, monkeypatch, capsys):
+    items, _ = write_items(tmp_path, n=1)
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing answers there
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    start = time.perf_counter()
+    code = main(["judge", "--model", "runs/no-such-model", "--input", str(items), "--output", "v.jsonl"])
+    assert time.perf_counter() - start < 1.0
+    err = capsys.readouterr().err
+    assert (
+        code == 2
+        and "cannot load the judge from --model runs/no-such-model: no model folder 'runs/no-such-model'" in err
+    )
+    assert "as a hub id it would be 'runs/no-such-model'" in err and "internet" not in err
 
 
 def test_bad_input_names_line_and_field(tmp_path, capsys):
@@ -110,9 +167,12 @@ def test_judge_reads_a_yaml_config(parrot_dir, tmp_path, capsys):
 
 
 def test_tiny_model_command(tmp_path, capsys):
+    from judge.models import UNTRAINED_MARKER
+
     assert main(["tiny-model", "--out", str(tmp_path / "m"), "--kind", "lm", "--seed", "2"]) == 0
-    assert (tmp_path / "m" / "model.safetensors").exists()
-    assert "tiny lm model" in capsys.readouterr().out
+    assert (tmp_path / "m" / "model.safetensors").exists() and (tmp_path / "m" / UNTRAINED_MARKER).exists()
+    out = capsys.readouterr().out
+    assert "untrained tiny lm model" in out and "will not parse" in out and "runs/demo/grpo/model" in out
 
 
 def test_console_script_help():
@@ -173,3 +233,18 @@ def test_synth_all_takes_its_fields_as_flags_and_prints_one_line(tmp_path, capsy
         assert (tmp_path / "yaml" / name).read_bytes() == (out / name).read_bytes(), name
     assert main(["synth", "all", "--world-n", "12", "--out", str(out), "--ray-address", "auto"]) == 2
     assert "--ray-address needs --engine ray" in capsys.readouterr().err
+
+
+def test_synth_all_refuses_a_changed_stage_setting_until_overwrite(tmp_path, capsys):
+    out = tmp_path / "synth"
+    argv = ["synth", "all", "--world-n", "8", "--out", str(out), "assemble={val_fraction: 0.25}"]
+    assert main(argv) == 0
+    assert json.loads((out / "negatives.settings.json").read_text()) == {"generator": "scene", "n": 3, "seed": 0}
+    before = (out / "negatives.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main([*argv, "--negatives-n", "2"]) == 2  # a config field as a flag, changed since the rows were made
+    err = capsys.readouterr().err
+    assert f"{out / 'negatives.jsonl'} holds rows made with other settings" in err and "n: 3 → 2" in err
+    assert (out / "negatives.jsonl").read_bytes() == before
+    assert main([*argv, "--negatives-n", "2", "--overwrite"]) == 0
+    assert "synth all: 8 records → 16 negatives" in capsys.readouterr().out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from eval import vl_rewardbench as vlrb
@@ -162,3 +164,49 @@ def test_missing_images_fail_before_any_model(tmp_path):
     (tmp_path / "images/3.png").unlink()
     with pytest.raises(InputError, match="image file"):
         vlrb.load_vl_rewardbench(path)
+
+
+def test_bad_rows_under_max_bad_fraction_are_left_out_and_counted(tmp_path):
+    path = write_vlrb_jsonl(tmp_path)
+    (tmp_path / "images/3.png").unlink()  # one row's image is gone
+    with pytest.raises(InputError, match="1 problem"):
+        vlrb.load_vl_rewardbench(path)
+    items = vlrb.load_vl_rewardbench(path, max_bad_fraction=0.2)
+    assert len(items) == len(VLRB_IDS) - 1 and items.provenance["data_skipped_rows"] == 1
+    assert len(items.skipped) == 1 and "field 'image': image file not found" in items.skipped[0]
+    assert vlrb.load_vl_rewardbench(write_vlrb_jsonl(tmp_path / "clean")).provenance["data_skipped_rows"] == 0
+
+
+class _AlwaysA:
+    """A backend that answers every MC prompt with option A."""
+
+    name = "always-a"
+
+    def generate(self, requests, params):
+        from judge.backends.base import Generation
+
+        return [Generation(text="<think>A.</think><answer>A</answer>") for _ in requests]
+
+
+def test_a_run_refuses_to_resume_with_other_judge_settings(tmp_path, items):
+    from eval.run import Scoring, run_pairwise_benchmark
+    from eval.workers import JudgeSpec
+    from jobs.resumable import SettingsChanged
+    from judge.backends.spec import ModelSpec
+    from judge.judging import JudgeConfig
+
+    def judge(**config):
+        spec = ModelSpec("always-a")
+        spec._built = _AlwaysA()  # the backend, already built: no model to load
+        return JudgeSpec(spec, JudgeConfig(**config))
+
+    out = tmp_path / "run"
+    run = dict(scoring=Scoring(), out=out, judge_name="always-a", show_progress=False)
+    run_pairwise_benchmark(vlrb, items, judge=judge(orders=2), **run)
+    before = (out / "predictions.jsonl").read_bytes()
+    with pytest.raises(SettingsChanged, match="judge.orders: 2 → 1"):
+        run_pairwise_benchmark(vlrb, items, judge=judge(orders=1), **run)
+    assert (out / "predictions.jsonl").read_bytes() == before
+    run_pairwise_benchmark(vlrb, items, judge=judge(orders=1), overwrite=True, **run)
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == len(items) and all(len(row["raw"]) == 1 for row in rows)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from jobs.progress import progress_bar
-from jobs.resumable import FAILED, failed_path_for, run_resumable
+from jobs.resumable import FAILED, SettingsChanged, failed_path_for, run_resumable, settings_path_for
 from judge.judging import batch_seed, item_rng
 
 
@@ -131,3 +131,46 @@ def test_a_bar_takes_totals_and_notes_and_a_disabled_one_draws_nothing(enabled):
         assert "5/5 12 tok/s" in last_frame  # the new total and the note reached the bar
     else:
         assert drawn.getvalue() == ""
+
+
+def test_a_rerun_with_other_settings_is_refused_and_overwrite_starts_over(tmp_path):
+    """The settings that shaped the rows are recorded; a resume with others names them instead of mixing rows."""
+    items = [Item(f"q{i}", i) for i in range(4)]
+    out = tmp_path / "v.jsonl"
+    calls: list[int] = []
+
+    def work(batch):
+        calls.append(len(batch))
+        return _square(batch)
+
+    settings = {"judge": {"orders": 2, "max_pixels": 401408}, "model": "m"}
+    assert run_resumable(out, items, work, batch_size=4, show_progress=False, settings=settings).n_todo == 4
+    assert (
+        json.loads(settings_path_for(out).read_text()) == settings and settings_path_for(out).name == "v.settings.json"
+    )
+    assert run_resumable(out, items, work, batch_size=4, show_progress=False, settings=settings).n_todo == 0
+
+    before = out.read_bytes()
+    changed = {"judge": {"orders": 1, "max_pixels": 200704}, "model": "m"}
+    with pytest.raises(SettingsChanged) as refused:
+        run_resumable(out, items, work, batch_size=4, show_progress=False, settings=changed)
+    message = str(refused.value)
+    assert "judge.max_pixels: 401408 → 200704" in message and "judge.orders: 2 → 1" in message
+    assert "model:" not in message  # only what differs is named
+    assert "new output" in message and "--overwrite" in message
+    assert out.read_bytes() == before and calls == [4]  # nothing ran, nothing was touched
+
+    again = run_resumable(out, items, work, batch_size=4, show_progress=False, settings=changed, overwrite=True)
+    assert again.n_todo == 4 and calls == [4, 4] and json.loads(settings_path_for(out).read_text()) == changed
+
+
+def test_rows_without_a_record_take_this_runs_settings(tmp_path):
+    """Outputs written before settings were recorded still resume; from then on they are checked."""
+    items = [Item("a", 1), Item("b", 2)]
+    out = tmp_path / "old.jsonl"
+    run_resumable(out, items[:1], _square, batch_size=2, show_progress=False)
+    assert not settings_path_for(out).exists()
+    run = run_resumable(out, items, _square, batch_size=2, show_progress=False, settings={"seed": 0})
+    assert run.n_todo == 1 and json.loads(settings_path_for(out).read_text()) == {"seed": 0}
+    with pytest.raises(SettingsChanged, match="seed: 0 → 1"):
+        run_resumable(out, items, _square, batch_size=2, show_progress=False, settings={"seed": 1})

@@ -181,4 +181,4 @@ def test_vllm_backend_says_what_is_missing():
     from judge.backends.vllm_offline import VLLMNotInstalled
 
     with pytest.raises(VLLMNotInstalled, match="pip install 'mr-judge\\[vllm\\]'"):
-        make_backend("runs/x", "vllm")
+        make_backend("some-owner/some-model", "vllm")  # a hub id: no folder to check

@@ -105,3 +105,14 @@ def test_trained_sizes_know_the_scene_words():
     assert len(scene.tokenize(text)) < 0.8 * len(plain.tokenize(text))
     assert scene.tokenize(" middle") == ["Ġmiddle"] and len(plain.tokenize(" middle")) > 1
     assert TINY_SIZES["small"].scene_words and not TINY_SIZES["tiny"].scene_words
+
+
+def test_the_factory_marks_its_model_untrained(tiny_lm_dir):
+    """The folder says its weights are random, so a judge loading it can say its verdicts will not parse."""
+    import json
+
+    from judge.models import UNTRAINED_MARKER, untrained_marker
+
+    marker = json.loads((tiny_lm_dir / UNTRAINED_MARKER).read_text())
+    assert marker["untrained"] is True and (marker["kind"], marker["size"], marker["seed"]) == ("lm", "tiny", 0)
+    assert untrained_marker(tiny_lm_dir) == marker  # it matches the weights written
