@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean vllm-env
+.PHONY: demo test lint clean vllm-env frameworks-env
 
 $(STAMP): pyproject.toml constraints/cpu.txt
 	python3 -m venv $(VENV)
@@ -20,9 +20,14 @@ demo: $(STAMP)  ## the main job on the embedded default (no downloads)
 vllm-env:  ## build (once) the separate vLLM venv
 	bash scripts/vllm_env.sh >/dev/null
 
-test: $(STAMP) vllm-env  ## lint, then the whole test suite (the vLLM tests must run: MRJUDGE_REQUIRE_VLLM=1)
+# verl, OpenRLHF and lmms-eval as released (pinned by constraints/frameworks.txt), installed with --no-deps into a
+# folder cached in ~/.cache/mr-judge like the vLLM venv; tests/frameworks run the integrations through their code.
+frameworks-env: $(STAMP)  ## build (once) the cached install of verl, OpenRLHF and lmms-eval
+	PYTHON=$(PY) bash scripts/frameworks_env.sh >/dev/null
+
+test: $(STAMP) vllm-env frameworks-env  ## lint, then the whole test suite (vLLM and framework tests must run)
 	$(VENV)/bin/ruff check .
-	MRJUDGE_REQUIRE_VLLM=1 $(VENV)/bin/pytest
+	MRJUDGE_REQUIRE_VLLM=1 MRJUDGE_REQUIRE_FRAMEWORKS=1 $(VENV)/bin/pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

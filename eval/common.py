@@ -39,12 +39,24 @@ def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     return [row for _, row in read_jsonl(path)]
 
 
-def read_decisions(path: str | Path) -> list[dict[str, Any]]:
-    """A user's predictions JSONL for a pairwise benchmark: `{"id", "pred"}` per line, checked line by line."""
+def read_decisions(path: str | Path, *, replies: bool = False) -> list[dict[str, Any]]:
+    """A user's predictions JSONL for a pairwise benchmark: `{"id", "pred"}` per line, checked line by line.
+
+    With `replies` (VL-RewardBench's lmms-eval reading) a row needs `id` and the judge's reply instead: `reply`,
+    or official-mode `calls` and `raw`; a row of lmms-eval's `--log_samples` file (`doc`, `resps`) also does."""
     rows, errors = [], []
     for number, row in read_jsonl(path):
-        if not isinstance(row, dict) or "id" not in row or "pred" not in row:
-            errors.append(f"{path} line {number}: needs fields 'id' and 'pred' (index of the better response, or null)")
+        if replies:
+            ok = isinstance(row, dict) and (
+                ("id" in row and ("reply" in row or ("calls" in row and "raw" in row)))
+                or (isinstance(row.get("doc"), dict) and "id" in row["doc"] and "resps" in row)
+            )
+            need = "'id' and 'reply' (or 'calls' and 'raw'), or lmms-eval's 'doc' and 'resps'"
+        else:
+            ok = isinstance(row, dict) and "id" in row and "pred" in row
+            need = "'id' and 'pred' (index of the better response, or null)"
+        if not ok:
+            errors.append(f"{path} line {number}: needs fields {need}")
         else:
             rows.append(row)
     if errors:

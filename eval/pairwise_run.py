@@ -147,6 +147,14 @@ def report_pairwise(
         )
     elif metrics.get("reading") == "all-calls":
         headline = f"Headline: the majority over all {metrics['calls_per_item']} calls per item (all-calls reading)."
+    elif metrics.get("reading") == "lmms-eval":
+        headline = (
+            f"Headline: lmms-eval 0.7.3's vlreward_score {_fmt(metrics.get('lmms_eval_score'))} (the macro average "
+            "over its categories, every item in the denominator; the groups below are its categories). "
+            f"{metrics['lmms_eval_coin_flips']} coin flips (at their expected value: "
+            f"{_fmt(metrics.get('lmms_eval_score_coin_expected'))}), {metrics['lmms_eval_llm_read']} replies read by a "
+            f"model, {metrics['lmms_eval_other_number']} naming neither answer."
+        )
     lines = [
         f"# {bench.title}: {judge_name}",
         "",

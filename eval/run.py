@@ -31,7 +31,8 @@ class Scoring:
     seed: int = 0
     """Seeds the bootstrap intervals (and the judge's orders and sampling)."""
     reading: str = "cal.py"
-    """Official calls: cal.py's seeded shuffle and first k calls, or all-calls (the majority of all)."""
+    """Official calls: cal.py's seeded shuffle and first k calls, all-calls (the majority of all), or lmms-eval
+    (one reply per item, read as lmms-eval 0.7.3 does)."""
     headline_k: int | None = None
     """cal.py reading: the k of the headline figure (default: the largest cal.py k not above `k`)."""
     k: int = 10
@@ -116,10 +117,13 @@ def run_pairwise_benchmark(
     spec, after = _scoring(bench, scoring)
     vlrb = bench.BENCHMARK.name == "vl_rewardbench"
     if predictions is not None:
-        rows = read_decisions(predictions)
+        lmms_eval = vlrb and scoring.reading == "lmms-eval"
+        rows = read_decisions(predictions, replies=lmms_eval)
         rows = after(rows) if after else rows
         metrics = spec.score(items, rows) | items.provenance
         kind = "file" if not any("calls" in r for r in rows) else f"file with official calls, {scoring.reading} reading"
+        if lmms_eval:
+            kind = "file of replies, read as lmms-eval 0.7.3's vl_rewardbench task reads them"
         report_pairwise(spec, metrics, out, judge_name=predictions.name, protocol=bench.protocol(kind))
         return spec.title, metrics
     common = dict(

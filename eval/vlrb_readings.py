@@ -11,6 +11,9 @@ Three readings of one run:
   by strict majority of them, else `other`.
 - `all-calls`: every call of the item, majority-voted (5-5 splits are `other`).
 - `decisions`: one decision per item (MC mode, or a user's `{"id", "pred"}` file).
+- `lmms-eval`: lmms-eval 0.7.3's `vl_rewardbench` task on one reply per item (`eval.vl_rewardbench`'s
+  `lmms_eval_score`): its answer-number rule, its categories and its macro average; every item is in its
+  denominator (a number other than the preferred one, e.g. 3, is wrong; an unreadable reply is a coin flip).
 
 Whatever the reading, group accuracy = agree / (agree + reject) over the group's items, overall = the sum
 of agree over the sum of decided items of the three groups, macro = the mean of the group accuracies;
@@ -38,7 +41,7 @@ __all__ = [
 
 CALPY_SEED = 1234
 CALPY_KS = (1, 3, 5, 7, 9)
-READINGS = ("cal.py", "all-calls")
+READINGS = ("cal.py", "all-calls", "lmms-eval")
 GROUPS = ("general", "hallucination", "reasoning")
 
 

@@ -27,13 +27,15 @@ names one with a nested spec (`judge.reward_spec`: `reward: {transport: http, ur
 3. **Judge.** Over HTTP, one `POST /v1/reward` per group, all groups concurrently (`max_concurrency` in
    flight, images as PNG data URLs); in process, all groups in one `judge.reward_scoring.compute_rewards`
    batch (the same engine the server runs).
-4. **Retry, then give up on the group.** Failures are retried as `retry` says (`judge.reward_wire.RetryPolicy`:
-   connection errors, timeouts, 408, 429 and 5xx, with exponential back-off and jitter, a 503's `Retry-After`
-   honoured; other 4xx are not retried). A group that still fails gets `None` for each completion: TRL
-   turns `None` into NaN, leaves it out of the group's baseline and gives it zero advantage. Failures,
-   retries and latency are counted through TRL's `log_metric` hook (`judge/failed_frac`,
-   `judge/failed_groups`, `judge/unscored_frac`, `judge/retries`, `judge/latency_s`; TRL averages them per
-   logging step over processes), and in `totals` for callers outside TRL.
+4. **Retry, then raise.** Failures are retried as `retry` says (`judge.reward_wire.RetryPolicy`: connection
+   errors, timeouts, 408, 429 and 5xx, with exponential back-off and jitter, a 503's `Retry-After` honoured),
+   then the call raises `RewardUnavailable`; a request refused for its input (a missing or unreadable image,
+   413, 415, 422, a wrong key) raises `RewardRefused` with the server's message at once. A reward is never
+   made up for a group that was not judged: `None` (TRL: NaN, out of the baseline, zero advantage) is only
+   for completions the judge could not score. Failures, retries and latency are counted through TRL's
+   `log_metric` hook before the call raises (`judge/failed_frac`, `judge/failed_groups`,
+   `judge/unscored_frac`, `judge/retries`, `judge/latency_s`; TRL averages them per logging step over
+   processes), and in `totals` for callers outside TRL.
 
 **Groups split across processes.** TRL places a prompt's G completions side by side and gives each process
 a contiguous slice of `per_device_train_batch_size × steps_per_generation` of them; when that is not a

@@ -2,7 +2,14 @@
 
 A transport (`judge.reward_http`, `judge.reward_local`) subclasses `GroupedJudgeReward` and judges the
 planned groups (`_judge_groups`, and `_ajudge_groups` for the coroutine form); grouping and planning are
-the shared planner's (`judge.reward_planner`), and the counting and logging are done here, once.
+the shared planner's (`judge.reward_planner`), and the counting, logging and raising are done here, once.
+
+A group whose input the judge refused (a missing or out-of-root image, 413/415/422) is counted, logged and
+raised (`judge.reward_wire.RewardRefused`, with the server's message): a mistyped image root must stop a run,
+not train it on nothing. A group the judge could not be reached for within the retries (an outage) gets
+`None` rewards, counted and logged: a long run rides out a judge restart (TRL treats `None` as no signal).
+`None` is otherwise only for completions the judge could not score (an unparsed verdict, a lone completion
+without a reference).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 from judge.reward_inputs import completion_text, image_digest, prompt_images, prompt_text
 from judge.reward_planner import RewardGroup, group_samples, scatter
 from judge.reward_scoring import MODES
-from judge.reward_wire import RetryPolicy
+from judge.reward_wire import RetryPolicy, RewardError, RewardRefused
 
 __all__ = ["TOURNAMENTS", "GroupedJudgeReward", "RewardCall", "check_reward_options"]
 
@@ -28,7 +35,7 @@ logger = logging.getLogger("judge.policy_reward")  # one logger for both transpo
 TOURNAMENTS = ("round_robin", "knockout")
 
 GroupResults = list[list[float | None] | None]
-"""One entry per group: its rewards, or None when judging it failed for good."""
+"""One entry per group: its rewards, or None when judging it failed for good (the reason is in `RewardCall`)."""
 
 
 def check_reward_options(mode: str, tournament: str, reference_column: str | None, max_options: int) -> None:
@@ -49,6 +56,8 @@ class RewardCall:
 
     retries: int = 0
     errors: list[str] = field(default_factory=list)
+    failures: list[RewardError] = field(default_factory=list)
+    """Why groups got no rewards, one per failed group: raised once the call's counts are logged."""
 
 
 class GroupedJudgeReward(ABC):
@@ -186,11 +195,9 @@ class GroupedJudgeReward(ABC):
             else:
                 unscored += sum(r is None for r in result)  # verdicts the judge did not give
         if failed_groups:
-            logger.warning(
-                "%s: %d of %d groups failed (%d retries in this call, last error: %s); their %d completions get "
-                "reward None",
+            logger.error(
+                "%s: %d of %d groups got no reward (%d retries in this call, last error: %s)",
                 self.__name__, failed_groups, len(groups), call.retries, call.errors[-1] if call.errors else "?",
-                failed,
             )  # fmt: skip
         if unscored and "unscored" not in self._warned:
             self._warned.add("unscored")
@@ -212,4 +219,17 @@ class GroupedJudgeReward(ABC):
             log_metric(f"{name}/unscored_frac", unscored / n)
             log_metric(f"{name}/retries", float(call.retries))
             log_metric(f"{name}/latency_s", time.perf_counter() - start)
+        if any(isinstance(failure, RewardRefused) for failure in call.failures):
+            raise _summary(call, failed_groups, len(groups), self.__name__)
         return rewards
+
+
+def _summary(call: RewardCall, failed_groups: int, groups: int, name: str) -> RewardError:
+    """The error a call raises for refused input, with the server's message."""
+    first = next((f for f in call.failures if isinstance(f, RewardRefused)), None) or (
+        call.failures[0] if call.failures else RewardError(call.errors[-1] if call.errors else "no detail")
+    )
+    message = f"{name}: {failed_groups} of {groups} groups got no reward ({call.retries} retries): {first}"
+    error = RewardRefused(message, first.status) if isinstance(first, RewardRefused) else type(first)(message)
+    error.__cause__ = first
+    return error

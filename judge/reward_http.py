@@ -7,7 +7,10 @@
 
 Images go as PNG data URLs, resized into [min_pixels, max_pixels] first (or as path strings with
 `send_image_paths`). Connection errors, timeouts, 408, 429 and 5xx are retried with back-off
-(`judge.reward_wire.RetryPolicy`; a 503's `Retry-After` is honoured); other 4xx fail the group at once.
+(`judge.reward_wire.RetryPolicy`; a 503's `Retry-After` is honoured); a group still unjudged after them gets
+`None` rewards, counted and logged (TRL takes `None` as no signal: a run rides out a judge restart). Any
+other 4xx (a missing or out-of-root image, 413, 415, 422, 401) raises `RewardRefused` with the server's
+message at once. Rewards are never made up for a group the server did not judge.
 
 TRL runs a callable whose `__call__` is `async def` on its own event loop, next to other async rewards: that
 is `AsyncHttpJudgeReward`. `HttpJudgeReward` is the synchronous one: it keeps a private event loop thread for
@@ -17,17 +20,27 @@ its HTTP calls, and `acall` is its coroutine form. Clients and loops are made la
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from judge.images import PixelRange
 from judge.reward_base import GroupedJudgeReward, GroupResults, RewardCall
 from judge.reward_planner import RewardGroup
 from judge.reward_scoring import RewardRequest
-from judge.reward_wire import is_retryable, retry_after_s, server_api_key
+from judge.reward_wire import (
+    RetryPolicy,
+    RewardError,
+    RewardRefused,
+    RewardUnavailable,
+    is_retryable,
+    retry_after_s,
+    server_api_key,
+)
 
-__all__ = ["AsyncHttpJudgeReward", "HttpJudgeReward", "reward_endpoint"]
+__all__ = ["AsyncHttpJudgeReward", "HttpJudgeReward", "post_json", "reward_endpoint"]
 
 
 def reward_endpoint(server_url: str) -> str:
@@ -42,8 +55,44 @@ def reward_endpoint(server_url: str) -> str:
     return f"{url}/reward" if url.endswith("/v1") else f"{url}/v1/reward"
 
 
-class _JudgeCallError(RuntimeError):
-    """One group's judging failed for good (after retries, or at once for a non-retryable answer)."""
+async def post_json(
+    client: Any,
+    url: str,
+    payload: dict[str, Any],
+    retry: RetryPolicy,
+    *,
+    gate: asyncio.Semaphore | None = None,
+    rng: random.Random | None = None,
+    on_retry: Callable[[], None] | None = None,
+) -> Any:
+    """POST `payload` to the reward server and return the response (status 200), retrying as `retry` says.
+
+    Raises:
+        RewardRefused: a 4xx other than 408 / 429, at once, with the server's message (`_http_error`).
+        RewardUnavailable: connection errors, timeouts, 408, 429 or 5xx on every attempt.
+    """
+    import httpx
+
+    error = ""
+    for attempt in range(retry.max_retries + 1):
+        retry_after = None
+        async with gate or contextlib.nullcontext():
+            try:
+                response = await client.post(url, json=payload)
+            except httpx.TransportError as exc:  # connection refused/reset, timeouts
+                error = f"{type(exc).__name__}: {exc or 'no detail'}"
+            else:
+                if response.status_code == 200:
+                    return response
+                error = _http_error(response)
+                if not is_retryable(response.status_code):
+                    raise RewardRefused(error, response.status_code)
+                retry_after = retry_after_s(response.headers.get("retry-after"))
+        if attempt < retry.max_retries:
+            if on_retry is not None:
+                on_retry()
+            await asyncio.sleep(retry.delay(attempt, rng, retry_after))
+    raise RewardUnavailable(f"{error} (after {retry.max_retries} retries)")
 
 
 def _http_error(response: Any) -> str:
@@ -187,10 +236,12 @@ class HttpJudgeReward(GroupedJudgeReward):
                 return None
             try:
                 return await self._post(client, gate, self._payload(group.request), len(group.responses), call)
-            except _JudgeCallError as exc:
-                call.errors.append(str(exc))
-            except Exception as exc:  # noqa: BLE001 - e.g. an undecodable image: this group only
-                call.errors.append(f"{type(exc).__name__}: {exc}")
+            except RewardError as exc:
+                failure: RewardError = exc
+            except (OSError, ValueError) as exc:  # an image this side cannot read: the input, not the server
+                failure = RewardRefused(f"{type(exc).__name__}: {exc}")
+            call.errors.append(str(failure))
+            call.failures.append(failure)
             return None
 
         return list(await asyncio.gather(*(one(g) for g in groups)))
@@ -198,27 +249,11 @@ class HttpJudgeReward(GroupedJudgeReward):
     async def _post(
         self, client: Any, gate: asyncio.Semaphore, payload: dict[str, Any], n: int, call: RewardCall
     ) -> list[float | None]:
-        import httpx
+        def count() -> None:
+            call.retries += 1
 
-        error = ""
-        for attempt in range(self.retry.max_retries + 1):
-            retry_after = None
-            async with gate:
-                try:
-                    response = await client.post(self.endpoint, json=payload)
-                except httpx.TransportError as exc:  # connection refused/reset, timeouts
-                    error = f"{type(exc).__name__}: {exc or 'no detail'}"
-                else:
-                    if response.status_code == 200:
-                        return self._parse(response, n)
-                    error = _http_error(response)
-                    if not is_retryable(response.status_code):
-                        raise _JudgeCallError(error)
-                    retry_after = retry_after_s(response.headers.get("retry-after"))
-            if attempt < self.retry.max_retries:
-                call.retries += 1
-                await asyncio.sleep(self.retry.delay(attempt, self._rng, retry_after))
-        raise _JudgeCallError(error)
+        response = await post_json(client, self.endpoint, payload, self.retry, gate=gate, rng=self._rng, on_retry=count)
+        return self._parse(response, n)
 
     @staticmethod
     def _parse(response: Any, n: int) -> list[float | None]:
@@ -228,7 +263,7 @@ class HttpJudgeReward(GroupedJudgeReward):
                 raise ValueError(f"{len(rewards)} rewards for {n} responses")
             return [None if r is None else float(r) for r in rewards]
         except Exception as exc:  # noqa: BLE001 - a malformed answer fails the group, it is not retried
-            raise _JudgeCallError(f"unusable reward response ({exc}): {response.text[:200]}") from exc
+            raise RewardUnavailable(f"unusable reward response ({exc}): {response.text[:200]}") from exc
 
 
 class AsyncHttpJudgeReward(HttpJudgeReward):

@@ -6,7 +6,9 @@
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=prompts)
 
 The batch is the same engine the server runs (`judge.reward_scoring.compute_rewards`). A batch that fails
-is retried (`retry`), then judged group by group, so one bad group sinks only itself.
+is retried (`retry`), then judged group by group to find the groups that fail, which are counted and
+logged: input the judge refuses (such as an unreadable image) then raises `RewardRefused`; a judge that
+keeps failing leaves its groups `None` (no signal), as the HTTP reward does in an outage.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from judge.reward_base import GroupedJudgeReward, GroupResults, RewardCall
 from judge.reward_planner import RewardGroup
 from judge.reward_scoring import RewardRequest, RewardResult, compute_rewards
+from judge.reward_wire import RewardRefused, RewardUnavailable
 
 __all__ = ["InProcessJudgeReward"]
 
@@ -87,26 +90,34 @@ class InProcessJudgeReward(GroupedJudgeReward):
             results = {id(g): list(r.rewards) for g, r in zip(todo, batch)}
         else:
             for g in todo:
-                one = self._with_retries(lambda g=g: self._compute([g.request]), call, retries=0)
+                one = self._with_retries(lambda g=g: self._compute([g.request]), call, retries=0, record=True)
                 results[id(g)] = list(one[0].rewards) if one is not None else None
         return [results.get(id(g)) for g in groups]
 
     async def _ajudge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
         return await asyncio.to_thread(self._judge_groups, groups, call)  # the model runs off the event loop
 
-    def _with_retries(self, fn: Callable[[], Any], call: RewardCall, retries: int | None = None) -> Any:
+    def _with_retries(
+        self, fn: Callable[[], Any], call: RewardCall, retries: int | None = None, record: bool = False
+    ) -> Any:
+        """`fn()`, retried; None when it fails for good (recorded in `call.failures` with `record`: one group's)."""
+        from judge.images import ImageLoadError
         from judge.types import DataError
 
         retries = self.retry.max_retries if retries is None else retries
         for attempt in range(retries + 1):
             try:
                 return fn()
-            except DataError as exc:  # a request the judge refuses: trying again changes nothing
+            except (DataError, ImageLoadError) as exc:  # input the judge refuses: trying again changes nothing
                 call.errors.append(str(exc))
+                if record:
+                    call.failures.append(RewardRefused(str(exc)))
                 return None
-            except Exception as exc:  # noqa: BLE001 - any judging failure becomes None rewards, counted and logged
+            except Exception as exc:  # noqa: BLE001 - counted and logged, then raised by `_finish`
                 call.errors.append(f"{type(exc).__name__}: {exc}")
                 if attempt == retries:
+                    if record:
+                        call.failures.append(RewardUnavailable(f"{type(exc).__name__}: {exc}"))
                     return None
                 call.retries += 1
                 time.sleep(self.retry.delay(attempt, self._rng))

@@ -1,8 +1,14 @@
-"""What every HTTP client of the reward server shares: the environment names and one retry policy.
+"""What every HTTP client of the reward server shares: the environment names, one retry policy, two errors.
 
 The TRL reward (`judge.reward_http`), the verl and OpenRLHF files (`judge/integrations/`) and `mrjudge serve`
 read the same variables and retry the same way, from here. Standard library only: the OpenRLHF file loads
 this module by path on training nodes where mr-judge is not installed.
+
+A reward that could not be had is never replaced by a stand-in value: a request the server refuses for its
+input (a missing or out-of-root image, 413, 415, 422, a wrong key) raises `RewardRefused` with the server's
+message at once; connection errors, timeouts, 408, 429 and 5xx are retried (`RetryPolicy`), then raise
+`RewardUnavailable`. Only a verdict the judge gave but that could not be scored (unparsed, or a lone response
+without a reference) is filled with a neutral value, and counted.
 
     export MRJUDGE_REWARD_URL=http://judge-node:8000 MRJUDGE_SERVER_API_KEY=...   # what `mrjudge serve` prints
 """
@@ -21,6 +27,9 @@ __all__ = [
     "REWARD_TIMEOUT_ENV",
     "REWARD_URL_ENV",
     "RetryPolicy",
+    "RewardError",
+    "RewardRefused",
+    "RewardUnavailable",
     "check_keys",
     "is_retryable",
     "retry_after_s",
@@ -34,6 +43,24 @@ REWARD_URL_ENV = "MRJUDGE_REWARD_URL"
 """The reward server's address, for the verl and OpenRLHF files (frameworks that load a reward by path)."""
 REWARD_TIMEOUT_ENV = "MRJUDGE_REWARD_TIMEOUT_S"
 """Seconds per attempt of the OpenRLHF file (its default stays under OpenRLHF's own 180 s)."""
+
+
+class RewardError(RuntimeError):
+    """A reward that could not be had from the judge; a training step must not go on without it."""
+
+
+class RewardRefused(RewardError):
+    """The server refused the request for what it carried (4xx other than 408 / 429): retrying changes nothing.
+
+    The message is the server's, naming the field (`labels[0].images[0]: ... not found under ...`)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RewardUnavailable(RewardError):
+    """The server could not be reached, or kept failing, for every retry `RetryPolicy` allows."""
 
 
 def server_api_key(env: str = API_KEY_ENV) -> str | None:

@@ -1,11 +1,13 @@
 """`POST /get_reward`: OpenRLHF's remote reward protocol, read into planner samples and judged in groups.
 
-OpenRLHF (main, `SingleTurnAgentExecutor`) posts one sample per request, without images or auth:
+OpenRLHF (0.11.2, `SingleTurnAgentExecutor`) posts one sample per request, without images or auth:
 `{"query": [prompt + response], "prompts": [prompt], "labels": [label]}`, and reads back
-`{"rewards", "scores", "extra_logs"}`. The G samples of one prompt are generated concurrently, so their
-requests arrive close together: with `group_size` > 1 the server holds each sample in a `GroupPool` under
-its (prompt, images, reference) key until `group_size` of them are there (or `group_wait_s` has passed),
-then judges them as one group through the shared planner (`judge.reward_planner`).
+`{"rewards", "scores", "extra_logs"}`; verl 0.9's reward loop, through `judge/integrations/verl.py`, does the
+same per sample, with its `group_size`. The G samples of one prompt are generated concurrently, so their
+requests arrive close together: with a group size > 1 (the request's `group_size`, else the server's) the
+server holds each sample in a `GroupPool` under its (prompt, images, reference) key until that many are there
+(or `group_wait_s` has passed), then judges them as one group through the shared planner
+(`judge.reward_planner`).
 
 Each query is split with `judge.reward_inputs.split_query` (image placeholders expanded to N pad tokens are
 collapsed first), the question is read out of the chat template, and the label is decoded as a reference
@@ -144,7 +146,8 @@ async def judge_samples(
 
 
 class GroupPool:
-    """Holds one-sample requests until their group is whole (`group_size`) or has waited `wait_s`.
+    """Holds one-sample requests until their group is whole (`group_size`, or the size a request asks for) or
+    has waited `wait_s`.
 
     Only touched from the event loop, so it needs no lock. A flush judges the group's samples together and
     answers each waiting request; an error (a full queue, a timeout) answers all of them with that error.
@@ -163,14 +166,19 @@ class GroupPool:
         return sum(len(v) for v in self._pending.values())
 
     def add(
-        self, key: tuple[Any, ...], sample: Sample, run: Callable[[list[Sample]], Awaitable[list[Outcome]]]
+        self,
+        key: tuple[Any, ...],
+        sample: Sample,
+        run: Callable[[list[Sample]], Awaitable[list[Outcome]]],
+        size: int | None = None,
     ) -> asyncio.Future:
-        """Put `sample` in its group; the future resolves to its `Outcome` once the group is judged."""
+        """Put `sample` in its group (of `size`, default `group_size`; keep the size in `key`); the future
+        resolves to its `Outcome` once the group is judged."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         members = self._pending.setdefault(key, [])
         members.append((sample, future, run))
-        if len(members) >= self.group_size:
+        if len(members) >= (size or self.group_size):
             self._flush(key)
         elif len(members) == 1:
             self._timers[key] = loop.call_later(self.wait_s, self._flush, key)

@@ -195,10 +195,16 @@ class GetRewardRequest(WireModel):
     """How groups larger than `max_candidates` are judged: `knockout` (the default) or `round_robin`."""
     model: AdapterName = None
     """A LoRA revision of the judge to answer with (`judge@prod`, `judge@<revision>`); null: the base model."""
+    group_size: int | None = None
+    """Null, or 1 to `max_items`: hold these samples until this many with the same prompt, images and label have
+    arrived (or `group_wait_s` has passed) and judge them together, instead of the server's `--group-size`.
+    The verl file sends its `group_size` reward kwarg (verl's rollout.n) here."""
 
     @model_validator(mode="after")
     def _one_per_query(self) -> GetRewardRequest:
         n = len(self.query)
+        if self.group_size is not None and self.group_size < 1:
+            raise as_pydantic(invalid("group_size", f"expected null or a positive integer, got {self.group_size}"))
         if len(self.prompts) != n:
             raise as_pydantic(invalid("prompts", f"expected an array of {n} strings, one per query"))
         if self.labels is not None and len(self.labels) != n:

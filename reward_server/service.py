@@ -29,7 +29,7 @@ from reward_server import protocol
 from reward_server.adapters import adapter_lease, adapter_ready, make_pool, model_name
 from reward_server.batching import Batcher, BatchStopped, Done, JobTimeout, QueueFull, ShuttingDown
 from reward_server.config import ServerConfig
-from reward_server.errors import WireError
+from reward_server.errors import WireError, too_large
 from reward_server.get_reward import GroupPool, Outcome, Sample, judge_samples, openrlhf_answer, read_samples
 from reward_server.metrics import Metrics
 from reward_server.wire_images import decode_range
@@ -116,6 +116,9 @@ class RewardService:
     async def get_reward(self, body: protocol.GetRewardRequest, raw: Request) -> protocol.GetRewardResponse:
         start = time.perf_counter()
         tournament, options = body.tournament or "knockout", self.config.max_candidates
+        group_size = self.config.group_size if body.group_size is None else body.group_size
+        if group_size > self.config.max_items:
+            raise too_large("group_size", f"{group_size} is above the limit of {self.config.max_items} (max_items)")
         with adapter_lease(self.pool, body.model) as adapter:
             samples = await run_in_threadpool(read_samples, body, self.config)
 
@@ -126,9 +129,11 @@ class RewardService:
             async def run(members: list[Sample]) -> list[Outcome]:
                 return await judge_samples(members, submit, tournament=tournament, max_options=options)
 
-            if self.config.group_size > 1:  # OpenRLHF's one-sample requests: wait for the rest of each group
-                scope = (adapter.ref if adapter else None, tournament)
-                outcomes = list(await asyncio.gather(*(self.groups.add((*scope, *s.key), s, run) for s in samples)))
+            if group_size > 1:  # one-sample requests (OpenRLHF, verl): wait for the rest of each group
+                scope = (adapter.ref if adapter else None, tournament, group_size)
+                outcomes = list(
+                    await asyncio.gather(*(self.groups.add((*scope, *s.key), s, run, group_size) for s in samples))
+                )
             else:
                 outcomes = await run(samples)
         reasons = [o.reason for o in outcomes]

@@ -78,15 +78,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     vlrb.add_argument("--mode", choices=("mc", "official"), default="mc", help="default: mc")
     vlrb.add_argument("--k", type=int, default=10, help="official mode: calls per item, majority-voted (default 10)")
     vlrb.add_argument("--top-p", type=float, help="official mode: top_p (default 0.2)")
-    vlrb.add_argument("--predictions", type=Path, help='score this JSONL ({"id", "pred"}) instead of running a model')
+    vlrb.add_argument(
+        "--predictions",
+        type=Path,
+        help='score this JSONL ({"id", "pred"}; with --reading lmms-eval {"id", "reply"}) instead of running a model',
+    )
     # -- issue 25: which copy of the data, which reading of the calls, a model-based answer reader --
     vlrb.add_argument("--revision", help="hub data: the dataset commit or branch to load (recorded in metrics.json)")
     vlrb.add_argument("--image-folder", type=Path, help="GitHub data.jsonl: folder image_path is relative to")
     vlrb.add_argument(
         "--reading",
-        choices=("cal.py", "all-calls"),
+        choices=("cal.py", "all-calls", "lmms-eval"),
         default="cal.py",
-        help="official mode: cal.py = its seeded shuffle and first k calls (default); all-calls = majority of all",
+        help="official mode: cal.py = its seeded shuffle and first k calls (default); all-calls = majority of all; "
+        "lmms-eval = one reply per item read as lmms-eval 0.7.3 (its order, answer rule, categories, macro)",
     )
     vlrb.add_argument("--headline-k", type=int, help="cal.py reading: k of 1,3,5,7,9 (default: largest <= --k)")
     vlrb.add_argument(
@@ -197,6 +202,12 @@ def _print_headline(title: str, metrics: dict[str, Any], out: Path) -> None:
         value = metrics.get(key)
         return "n/a" if value is None else f"{100 * value:.1f}%"
 
+    if metrics.get("reading") == "lmms-eval":  # lmms-eval reports one figure: its macro over categories
+        Console(stderr=True).print(
+            f"[bold]{title}[/]: lmms-eval vlreward_score {pct('lmms_eval_score')} on {metrics['n']} items "
+            f"({metrics['lmms_eval_coin_flips']} coin flips) → {out}/report.md"
+        )
+        return
     extra = f", macro {pct('macro_accuracy')}" if "macro_accuracy" in metrics else ""
     extra += f", consistency {pct('consistency')}" if "consistency" in metrics else ""
     Console(stderr=True).print(

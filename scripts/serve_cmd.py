@@ -152,11 +152,15 @@ def reward_usage(url: str, *, keyed: bool, group_size: int) -> str:
         "  TRL (Python):",
         "    from judge.policy_reward import AsyncHttpJudgeReward",
         f'    reward = AsyncHttpJudgeReward("{url}")' + (f"  # key from ${API_KEY_ENV}" if keyed else ""),
-        "  verl (environment, then config overrides for verl.trainer.main_ppo):",
+        "  verl >= 0.7 (environment, then config overrides for verl.trainer.main_ppo; read and run: 0.9.1):",
         f"    {env}",
-        f"    custom_reward_function.path={folder / 'verl.py'} "
-        "custom_reward_function.name=compute_score_batch reward_model.reward_manager=batch",
-        "  OpenRLHF (environment, then flags for openrlhf.cli.train_ppo_ray):",
+        f"    reward.custom_reward_function.path={folder / 'verl.py'} reward.custom_reward_function.name=compute_score "
+        "'+reward.custom_reward_function.reward_kwargs.group_size=${actor_rollout_ref.rollout.n}'",
+        "    (each rollout is sent alone; the server judges a prompt's rollouts together, listwise)",
+        "  verl <= 0.6 (its batch manager):",
+        f"    custom_reward_function.path={folder / 'verl.py'} custom_reward_function.name=compute_score_batch "
+        "reward_model.reward_manager=batch",
+        "  OpenRLHF (environment, then flags for openrlhf.cli.train_ppo_ray; read and run: 0.11.2):",
         f"    {env}",
         f"    --reward.remote_url {folder / 'openrlhf.py'} --rollout.n_samples_per_prompt {n}",
     ]

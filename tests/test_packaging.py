@@ -7,18 +7,21 @@ theirs, read from their wheels). To refresh that file for new releases:
 
     pip download --no-deps -d wheels verl==X openrlhf==Y lmms-eval==Z trl==T vllm==V
     # then list each wheel's first path segments (folding `*.data/purelib/`), as the JSON's "how" says
+
+tests/frameworks/test_one_environment.py installs this wheel and the three frameworks' real wheels together.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.support.wheels import build_wheel
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
 
@@ -30,37 +33,8 @@ def _setuptools_table() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
-def _build_wheel(tmp_path: Path) -> zipfile.ZipFile:
-    """`pip wheel .` on a copy of the project (an in-tree build would leave build/ in the checkout)."""
-    table = _setuptools_table()
-    folders = {table["package-dir"].get(p.split(".")[0], p.split(".")[0]) for p in table["packages"]}
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for folder in folders:
-        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(src),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return zipfile.ZipFile(next(tmp_path.glob("mr_judge-*.whl")))
-
-
 def test_the_wheel_shares_no_top_level_name_with_the_frameworks(tmp_path: Path) -> None:
-    wheel = _build_wheel(tmp_path)
+    wheel = zipfile.ZipFile(build_wheel(tmp_path))
     ours = {name.split("/")[0] for name in wheel.namelist() if ".dist-info/" not in name}
     assert "mrjudge" in ours and "scripts" not in ours
     clashes = {w: sorted(ours & set(names)) for w, names in FRAMEWORKS.items() if ours & set(names)}

@@ -4,10 +4,11 @@
     python -m openrlhf.cli.train_ppo_ray ... --reward.remote_url /path/to/judge/integrations/openrlhf.py \\
         --rollout.n_samples_per_prompt 4 --data.label_key judge_label     # `mrjudge serve` prints the path
 
-OpenRLHF (main) loads this file with `importlib.util.spec_from_file_location` and calls `reward_func` once
-per sample, from a worker thread, with `[query]`, `[prompt]`, `[label]` (label `""` when the dataset has
-none). It posts them to the server's `/get_reward` with the bearer key (OpenRLHF's own HTTP route sends
-none); the server does the rest with the shared planner (`judge.reward_planner`): it splits the query (VLM
+OpenRLHF (read and run: 0.11.2, `openrlhf.utils.agent.SingleTurnAgentExecutor`) loads this file with
+`importlib.util.spec_from_file_location` and calls `reward_func` once per sample, from a worker thread
+(`asyncio.to_thread`), with `[query]`, `[prompt]`, `[label]` (label `""` when the dataset has none). It
+posts them to the server's `/get_reward` with the bearer key (OpenRLHF's own HTTP route sends none); the
+server does the rest with the shared planner (`judge.reward_planner`): it splits the query (VLM
 image placeholders collapsed), reads the question out of the chat template, waits for the other samples
 of the prompt (start it with `--group-size` = `n_samples_per_prompt`) and judges them listwise, or a lone
 sample against its label, or leaves it unscored.
@@ -17,10 +18,16 @@ Images: OpenRLHF never sends them to a reward function, so put them in the label
 `--allow-local-images` folder (or data URLs).
 
 Returns OpenRLHF's dict: `rewards` and `scores` (tensors when torch is importable), and `extra_logs` with
-`judge_scored` (0 for an unscored sample, which gets the neutral reward: OpenRLHF has no "skip") and
-`judge_group_size`. If the server cannot be reached after retries, every sample gets the neutral reward
-with `judge_scored = 0` and `judge_failed = 1`, and a warning is logged: OpenRLHF would otherwise leave the
-sample without a reward and fail later in the step.
+`judge_scored` (0 for a sample the judge could not score, which gets the neutral fill: OpenRLHF has no
+"skip") and `judge_group_size`.
+
+Errors are never turned into rewards. A request the server refuses for its input (a missing or out-of-root
+image, 413, 415, 422, a wrong key) raises `RewardRefused` with the server's message at once; connection
+errors, timeouts, 408, 429 and 5xx are retried (`RETRY`), then raise `RewardUnavailable`. Each is logged
+at ERROR first, because OpenRLHF 0.11.2's executor catches whatever `reward_func` raises and logs it at
+INFO only; the sample is then left without a reward, and the step stops when the experience maker meets it
+(`make_experience_batch`: `reward_model_group is required when rewards are not precomputed`;
+`compute_advantages_and_returns` fails on it too).
 
 Its environment names and retry policy are `judge/reward_wire.py`'s, shared with every other reward client.
 Besides that module it imports only the standard library (and torch if present): where mr-judge is not
@@ -60,8 +67,6 @@ def _reward_wire() -> Any:
 
 
 wire = _reward_wire()
-NEUTRAL_REWARD = 0.5
-"""`judge.reward_planner.NEUTRAL_REWARD`, repeated so this file needs nothing but the standard library."""
 RETRY = wire.RetryPolicy(max_retries=4, timeout_s=170.0)  # OpenRLHF's own remote call gives up at 180 s
 """Retries of this file's POST; `$MRJUDGE_REWARD_TIMEOUT_S` overrides the timeout per attempt."""
 
@@ -73,8 +78,23 @@ def _endpoint() -> str:
     return url.removesuffix("/v1") + "/get_reward"
 
 
+def _server_error(status: int, raw: bytes) -> str:
+    """The server's `{"error": {"message", "field"}}` envelope as one line, or the start of what it sent."""
+    try:
+        error = json.loads(raw).get("error") or {}
+        where = f" (field {error['field']!r})" if error.get("field") else ""
+        return f"HTTP {status}{where}: {error.get('message') or raw[:200].decode(errors='replace')}"
+    except (ValueError, AttributeError):
+        return f"HTTP {status}: {raw[:200].decode(errors='replace')}"
+
+
 def _post(body: dict[str, Any]) -> dict[str, Any]:
-    """POST with retries on connection errors, 408, 429 and 5xx (back-off with jitter, `Retry-After` honoured)."""
+    """POST with retries on connection errors, 408, 429 and 5xx (back-off with jitter, `Retry-After` honoured).
+
+    Raises:
+        RewardRefused: any other 4xx, at once, with the server's message.
+        RewardUnavailable: every attempt failed.
+    """
     headers = {"Content-Type": "application/json"}
     key = wire.server_api_key()
     if key:
@@ -89,15 +109,15 @@ def _post(body: dict[str, Any]) -> dict[str, Any]:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            error = f"HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}"
+            error = _server_error(exc.code, exc.read())
             if not wire.is_retryable(exc.code):
-                break
+                raise wire.RewardRefused(error, exc.code) from None
             retry_after = wire.retry_after_s(exc.headers.get("Retry-After") if exc.headers else None)
         except (OSError, ValueError) as exc:  # refused, reset, timed out, or not JSON
             error = f"{type(exc).__name__}: {exc}"
         if attempt < RETRY.max_retries:
             time.sleep(RETRY.delay(attempt, retry_after=retry_after))
-    raise RuntimeError(error)
+    raise wire.RewardUnavailable(f"{error} (after {RETRY.max_retries} retries)")
 
 
 def _tensor(values: list[float]) -> Any:
@@ -115,21 +135,26 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         queries: prompt + response, as the policy's tokens decode (special tokens kept).
         prompts: the prompts as the dataset gave them (chat template applied, one image placeholder each).
         labels: `""`, a reference answer, or a JSON judge label with `reference` and `images`.
+
+    Raises:
+        RewardRefused: the server refused the samples (its message names the field, e.g. a missing image).
+        RewardUnavailable: the server could not be reached, or kept failing, after `RETRY`'s retries.
     """
     n = len(queries)
     body = {"query": list(queries), "prompts": list(prompts), "labels": ["" if x is None else x for x in labels]}
     try:
         answer = _post(body)
-        rewards = [float(r) for r in answer["rewards"]]
-        if len(rewards) != n:
-            raise ValueError(f"{len(rewards)} rewards for {n} queries")
-        logs = answer.get("extra_logs") or {}
-        extra = {name: [float(v) for v in logs[name]] for name in ("judge_scored", "judge_group_size") if name in logs}
-        extra["judge_failed"] = [0.0] * n
-    except Exception as exc:  # noqa: BLE001 - OpenRLHF cannot skip a sample: neutral, flagged, logged
-        logger.warning("mr-judge reward server failed for %d samples (%s); they get %s", n, exc, NEUTRAL_REWARD)
-        rewards = [NEUTRAL_REWARD] * n
-        extra = {"judge_scored": [0.0] * n, "judge_group_size": [0.0] * n, "judge_failed": [1.0] * n}
+        try:
+            rewards = [float(r) for r in answer["rewards"]]
+            if len(rewards) != n:
+                raise ValueError(f"{len(rewards)} rewards for {n} queries")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise wire.RewardUnavailable(f"unusable /get_reward answer ({exc}): {str(answer)[:200]}") from None
+    except wire.RewardError as exc:  # OpenRLHF logs what reward_func raises at INFO only: say it loudly first
+        logger.error("mr-judge: no reward for %d samples from %s: %s", n, _endpoint(), exc)
+        raise
+    logs = answer.get("extra_logs") or {}
+    extra = {name: [float(v) for v in logs[name]] for name in ("judge_scored", "judge_group_size") if name in logs}
     return {
         "rewards": _tensor(rewards),
         "scores": _tensor(list(rewards)),

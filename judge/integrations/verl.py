@@ -1,48 +1,186 @@
-"""verl's custom reward function, backed by `mrjudge serve`: `compute_score` (per sample) and `compute_score_batch`.
+"""verl's custom reward function, backed by `mrjudge serve`: `compute_score` (verl ≥ 0.7) and `compute_score_batch`.
 
-    export MRJUDGE_REWARD_URL=http://judge-node:8000 MRJUDGE_SERVER_API_KEY=...   # what `mrjudge serve` prints
+verl 0.9 (read: 0.9.1; its default `main_ppo` path), what `mrjudge serve` prints:
+
+    export MRJUDGE_REWARD_URL=http://judge-node:8000 MRJUDGE_SERVER_API_KEY=...
     python -m verl.trainer.main_ppo ... \\
-        custom_reward_function.path=/path/to/judge/integrations/verl.py \\
-        custom_reward_function.name=compute_score_batch reward_model.reward_manager=batch
+        reward.custom_reward_function.path=/path/to/judge/integrations/verl.py \\
+        reward.custom_reward_function.name=compute_score \\
+        '+reward.custom_reward_function.reward_kwargs.group_size=${actor_rollout_ref.rollout.n}'
 
-verl loads this file by path (`verl.utils.import_utils.load_extern_object`) and calls, by keyword,
-`compute_score(data_source=, solution_str=, ground_truth=, extra_info=)` once per sample (the naive and
-reward-loop managers) or `compute_score_batch(data_sources=, solution_strs=, ground_truths=, extra_infos=)`
-once per batch (`reward_model.reward_manager=batch`), with `custom_reward_function.reward_kwargs` merged in.
-Only the batch manager sees a prompt's G rollouts together, so only it can judge them listwise; per sample,
-a response is judged against its reference (`ground_truth`) or, with none, left unscored.
+How 0.9.1 calls it: `verl.trainer.ppo.reward.get_custom_reward_fn` loads `reward.custom_reward_function.path`
+with `load_extern_object` and, this being a coroutine function, wraps it so that `reward_kwargs` are merged
+into every call. Each sample's reward is computed right after it is generated (the agent loop's
+`_compute_score`, on a randomly chosen reward-loop worker, a Ray actor), where the `naive` manager's
+`run_single` awaits `compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`: one sample
+per call, the G rollouts of a prompt in concurrent calls from different processes. No 0.9.1 manager
+(dapo, gdpo, naive, rate_limited, remote) sees a prompt's rollouts together, and none passes the sample's
+`uid` to `compute_score`. So each call posts its sample to the server's `/get_reward` with `group_size`
+(= rollout.n, through the interpolation above), and the server holds it until the other samples with the
+same question, images and reference have arrived (or `--group-wait-s` has passed), then judges them
+together: listwise for G ≤ 8. The key is the content, not the uid: two rows with the same question,
+images and reference in one step share groups of G, which is harmless for listwise judging.
+
+Older verl: 0.7.x and 0.8.x (read: 0.7.1, 0.8.0) call `compute_score` the same way and accept either
+spelling of the keys (their `main_ppo` moves `custom_reward_function.*` to `reward.custom_reward_function.*`);
+they have no `batch` manager either. verl ≤ 0.6 (read: 0.5.0, 0.6.1) reads the top-level
+`custom_reward_function.path/.name` and `reward_model.reward_manager`, and its `batch` manager calls
+`compute_score_batch(data_sources=, solution_strs=, ground_truths=, extra_infos=)` once per batch with all
+rollouts in it: there use `custom_reward_function.name=compute_score_batch reward_model.reward_manager=batch`
+(its naive manager calls `compute_score` synchronously, which this coroutine function cannot serve).
 
 verl passes neither the prompt nor the images to a reward function, so the dataset carries them in
 `extra_info`: `question` (text or chat), `images` (paths relative to the server's `--allow-local-images`
 folder, data URLs, or `{"bytes": ...}`), and optionally `reference` (else `ground_truth`; `""` is none).
 
-Grouping, mode choice and the unscored rule are the shared planner's (`judge.reward_planner`, through
-`judge.reward_http.HttpJudgeReward`). verl puts each value in a tensor, so it has no "skip": an unscored
-response gets `fill_unscored`'s value (its group's mean scored reward, else 0.5). Every result is a dict
-with the same keys: `score`, `judge_scored` (1/0) and `judge_group_size`, which verl logs per key.
+Signal, errors and fill: a sample with no reference and no group (`group_size` unset or 1) can never be
+scored, so the first such call raises, naming the fix, rather than train a run on 0.5 for every sample. A
+request the server refuses (a missing or out-of-root image, 413, 415, 422, a wrong key) raises
+`RewardRefused` with the server's message; connection errors, timeouts, 408, 429 and 5xx are retried
+(`RetryPolicy`), then raise `RewardUnavailable`. verl puts each value in a tensor and has no "skip", so
+only a sample the judge could not score (an unparsed verdict; a lone sample whose group did not fill in
+time and that has no reference) gets the fill value (its group's mean scored reward, else 0.5), with
+`judge_scored = 0`, counted in the server's `/metrics`. Every result is a dict with the same keys: `score`,
+`judge_scored` (1/0) and `judge_group_size`, which verl logs per key.
 
-reward_kwargs (optional): `mode` ("listwise" | "pairwise" | "tournament"), `tournament`, `max_options`,
-`server_url` (instead of `$MRJUDGE_REWARD_URL`), and the retry policy's `timeout_s`, `max_retries`,
-`backoff_s`, `max_backoff_s` (`judge.reward_wire.RetryPolicy`).
+reward_kwargs: `compute_score` takes `group_size`, `tournament` ("knockout" | "round_robin", groups above
+8), `server_url` (instead of `$MRJUDGE_REWARD_URL`) and the retry policy's `timeout_s`, `max_retries`,
+`backoff_s`, `max_backoff_s` (`judge.reward_wire.RetryPolicy`); `compute_score_batch` takes `mode`,
+`tournament`, `max_options`, `server_url` and the retry keys. Unknown keys raise, naming the valid ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from judge.reward_http import HttpJudgeReward
+from judge.reward_http import HttpJudgeReward, post_json
 from judge.reward_inputs import verl_sample
 from judge.reward_planner import fill_unscored, group_samples
-from judge.reward_wire import RetryPolicy, reward_server_url, server_api_key
+from judge.reward_wire import RetryPolicy, RewardUnavailable, check_keys, reward_server_url, server_api_key
 
-__all__ = ["compute_score", "compute_score_batch"]
+__all__ = ["NO_SIGNAL", "NO_SIGNAL_BATCH", "compute_score", "compute_score_batch"]
 
 logger = logging.getLogger("mrjudge.verl")
 
-OPTIONS = ("mode", "tournament", "max_options", "server_url", *RetryPolicy.keys())
+SAMPLE_OPTIONS = ("group_size", "tournament", "server_url", *RetryPolicy.keys())
+BATCH_OPTIONS = ("mode", "tournament", "max_options", "server_url", *RetryPolicy.keys())
+VERL_OWN = ("reward_router_address", "reward_model_tokenizer")
+"""Keywords verl 0.9.1's naive manager adds when a reward model is enabled; not ours, ignored."""
+
+NO_SIGNAL = (
+    "mr-judge: a sample without a reference was sent to compute_score with no group to judge it in, so it "
+    "could never be scored (every such sample would get 0.5: no training signal). verl scores one sample per "
+    "call; add '+reward.custom_reward_function.reward_kwargs.group_size=${{actor_rollout_ref.rollout.n}}' "
+    "(with actor_rollout_ref.rollout.n >= 2) so that the server judges a prompt's rollouts together, or give "
+    "every row a reference (reward_model.ground_truth or extra_info['reference']). Got group_size={group_size}."
+)
+NO_SIGNAL_BATCH = (
+    "mr-judge: {lone} of {groups} prompts in this batch have a single rollout and no reference, so they could "
+    "never be scored (0.5 for each: no training signal). Set actor_rollout_ref.rollout.n >= 2 so that the batch "
+    "manager judges a prompt's rollouts together, or give every row a reference (reward_model.ground_truth or "
+    "extra_info['reference']); pairwise mode always needs a reference."
+)
+
+
+# -- verl 0.7+ : one sample per call, grouped on the server --------------------------------------------------
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+_clients_lock = threading.Lock()
+_unscored = {"count": 0, "calls": 0}
+
+
+def _sample_options(kwargs: Mapping[str, Any]) -> tuple[str, RetryPolicy, int | None, str | None]:
+    options = {k: v for k, v in kwargs.items() if k not in VERL_OWN}
+    check_keys(options, SAMPLE_OPTIONS, "compute_score reward_kwargs")
+    url = reward_server_url(options.get("server_url"))
+    retry = RetryPolicy(**{k: options[k] for k in RetryPolicy.keys() if k in options})
+    group_size = options.get("group_size")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
+        raise ValueError(f"reward_kwargs.group_size must be a positive integer (verl's rollout.n), got {group_size!r}")
+    return url, retry, group_size, options.get("tournament")
+
+
+def _client(url: str, retry: RetryPolicy) -> Any:
+    """One HTTP client per event loop (verl's reward-loop worker runs one), key and timeout."""
+    import httpx
+
+    api_key = server_api_key()
+    key = (url, api_key, retry.timeout_s)
+    with _clients_lock:
+        own = _clients.setdefault(asyncio.get_running_loop(), {})  # a client belongs to the loop it was made on
+        client = own.get(key)
+        if client is None or client.is_closed:
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            client = own[key] = httpx.AsyncClient(timeout=retry.timeout_s, headers=headers)
+        return client
+
+
+def get_reward_endpoint(url: str) -> str:
+    """`/get_reward` on the server's root, `/v1` root or a full endpoint URL.
+
+    >>> get_reward_endpoint("http://judge:8000/v1"), get_reward_endpoint("http://judge:8000/get_reward")
+    ('http://judge:8000/get_reward', 'http://judge:8000/get_reward')
+    """
+    url = url.rstrip("/")
+    if url.endswith("/get_reward"):
+        return url
+    return url.removesuffix("/v1/reward").removesuffix("/v1") + "/get_reward"
+
+
+async def compute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+) -> dict[str, float]:
+    """One sample (verl ≥ 0.7's reward loop): judged with the other rollouts of its prompt on the server.
+
+    Returns:
+        `{"score", "judge_scored", "judge_group_size"}`; verl trains on `score`.
+
+    Raises:
+        ValueError: no question in `extra_info`, bad reward_kwargs, or a sample that can never be scored
+            (no reference and no `group_size` ≥ 2: `NO_SIGNAL`).
+        RewardRefused: the server refused the sample (its message names the field: a missing image, ...).
+        RewardUnavailable: the server could not be reached or kept failing after the retries.
+    """
+    url, retry, group_size, tournament = _sample_options(kwargs)
+    question, reference, images = verl_sample(solution_str, ground_truth, extra_info)
+    if reference is None and (group_size or 1) < 2:
+        raise ValueError(NO_SIGNAL.format(group_size=group_size))
+    body: dict[str, Any] = {
+        "query": [question + str(solution_str)],  # the server splits the query at its prompt
+        "prompts": [question],
+        "labels": [{"reference": reference, "images": images}],
+        "group_size": group_size or 1,
+    }
+    if tournament:
+        body["tournament"] = tournament
+    response = await post_json(_client(url, retry), get_reward_endpoint(url), body, retry, rng=random.Random())
+    try:
+        answer = response.json()
+        reward = float(answer["rewards"][0])
+        logs = answer.get("extra_logs") or {}
+        scored = float(logs.get("judge_scored", [1.0])[0])
+        size = float(logs.get("judge_group_size", [1.0])[0])
+    except Exception as exc:  # noqa: BLE001 - a malformed answer is the server's fault, not a zero reward
+        raise RewardUnavailable(f"unusable /get_reward answer ({exc}): {response.text[:200]}") from exc
+    _unscored["calls"] += 1
+    if not scored:
+        _unscored["count"] += 1
+        if _unscored["count"] in (1, 10, 100) or _unscored["count"] % 1000 == 0:
+            logger.warning(
+                "mr-judge: %d of %d samples unscored so far (an unparsed verdict, or a group that did not fill "
+                "within the server's --group-wait-s and has no reference); they get %s with judge_scored = 0 (%s)",
+                _unscored["count"], _unscored["calls"], reward, "; ".join(answer.get("notes") or []) or "no note",
+            )  # fmt: skip
+    return {"score": reward, "judge_scored": scored, "judge_group_size": size}
+
+
+# -- verl ≤ 0.6 : the batch manager, grouped here --------------------------------------------------------
 
 _rewarders: dict[tuple[Any, ...], HttpJudgeReward] = {}
 _lock = threading.Lock()
@@ -62,51 +200,6 @@ def _rewarder(options: dict[str, Any]) -> HttpJudgeReward:
         return _rewarders[key]
 
 
-def _score(
-    solution_strs: Sequence[str], ground_truths: Sequence[Any], extra_infos: Sequence[Any], kwargs: dict[str, Any]
-) -> list[dict[str, float]]:
-    n = len(solution_strs)
-    if len(ground_truths) != n or len(extra_infos) != n:
-        raise ValueError(f"got {n} solution_strs, {len(ground_truths)} ground_truths, {len(extra_infos)} extra_infos")
-    options = {k: kwargs[k] for k in OPTIONS if k in kwargs}
-    rewarder = _rewarder(dict(options))
-    read = [verl_sample(s, g, e) for s, g, e in zip(solution_strs, ground_truths, extra_infos)]
-    questions, references, images = [r[0] for r in read], [r[1] for r in read], [r[2] for r in read]
-    responses = [str(s) for s in solution_strs]
-    rewards = rewarder(questions, responses, reference=references, images=images)
-    # The same groups the reward function judged (same planner, same keys), for the fill and the logs.
-    groups = group_samples(
-        questions, responses, image_keys=[tuple(im) for im in images], references=references,
-        mode=rewarder.mode, tournament=rewarder.tournament, max_options=rewarder.max_options,
-    )  # fmt: skip
-    size = [0] * n
-    for group in groups:
-        for i in group.indices:
-            size[i] = len(group.indices)
-    unscored = sum(r is None for r in rewards)
-    if unscored:
-        logger.warning(
-            "mr-judge: %d of %d responses unscored (no reference for a lone response, an unparsed verdict, or a "
-            "failed request); they get the neutral reward with judge_scored = 0", unscored, n,
-        )  # fmt: skip
-    filled = fill_unscored(rewards, groups)
-    return [
-        {"score": value, "judge_scored": 0.0 if raw is None else 1.0, "judge_group_size": float(g)}
-        for value, raw, g in zip(filled, rewards, size)
-    ]
-
-
-def compute_score(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
-) -> dict[str, float]:
-    """One sample (verl's naive / reward-loop managers): judged against its reference, else unscored.
-
-    Returns:
-        `{"score", "judge_scored", "judge_group_size"}`; verl trains on `score`.
-    """
-    return _score([solution_str], [ground_truth], [extra_info], kwargs)[0]
-
-
 def compute_score_batch(
     data_sources: Sequence[Any],
     solution_strs: Sequence[str],
@@ -114,9 +207,45 @@ def compute_score_batch(
     extra_infos: Sequence[Any],
     **kwargs: Any,
 ) -> list[dict[str, float]]:
-    """A whole batch (verl's `batch` manager): each prompt's rollouts judged together, listwise.
+    """A whole batch (verl ≤ 0.6's `batch` manager): each prompt's rollouts judged together, listwise.
 
     Returns:
         one `{"score", "judge_scored", "judge_group_size"}` per sample, in order.
+
+    Raises:
+        ValueError: as `compute_score` (a prompt with one rollout and no reference: `NO_SIGNAL_BATCH`).
+        RewardRefused, RewardUnavailable: as `compute_score`, for any group of the batch.
     """
-    return _score(list(solution_strs), list(ground_truths), list(extra_infos), kwargs)
+    n = len(solution_strs)
+    if len(ground_truths) != n or len(extra_infos) != n:
+        raise ValueError(f"got {n} solution_strs, {len(ground_truths)} ground_truths, {len(extra_infos)} extra_infos")
+    options = {k: v for k, v in kwargs.items() if k not in VERL_OWN}
+    check_keys(options, BATCH_OPTIONS, "compute_score_batch reward_kwargs")
+    rewarder = _rewarder(dict(options))
+    read = [verl_sample(s, g, e) for s, g, e in zip(solution_strs, ground_truths, extra_infos)]
+    questions, references, images = [r[0] for r in read], [r[1] for r in read], [r[2] for r in read]
+    responses = [str(s) for s in solution_strs]
+    # The same groups the reward function judges (same planner, same keys), for the check, the fill and the logs.
+    groups = group_samples(
+        questions, responses, image_keys=[tuple(im) for im in images], references=references,
+        mode=rewarder.mode, tournament=rewarder.tournament, max_options=rewarder.max_options,
+    )  # fmt: skip
+    lone = [g for g in groups if g.request is None]
+    if lone:
+        raise ValueError(NO_SIGNAL_BATCH.format(lone=len(lone), groups=len(groups)))
+    rewards = rewarder(questions, responses, reference=references, images=images)
+    size = [0] * n
+    for group in groups:
+        for i in group.indices:
+            size[i] = len(group.indices)
+    unscored = sum(r is None for r in rewards)
+    if unscored:
+        logger.warning(
+            "mr-judge: %d of %d responses unscored (the judge's verdict did not parse); they get the fill value "
+            "with judge_scored = 0", unscored, n,
+        )  # fmt: skip
+    filled = fill_unscored(rewards, groups)
+    return [
+        {"score": value, "judge_scored": 0.0 if raw is None else 1.0, "judge_group_size": float(g)}
+        for value, raw, g in zip(filled, rewards, size)
+    ]

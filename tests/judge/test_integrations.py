@@ -9,6 +9,7 @@ with the server address and key from the environment, as `mrjudge serve` prints 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.util
 import json
@@ -146,6 +147,11 @@ def test_serve_prints_the_lines_for_trl_verl_and_openrlhf(serve):
     assert f"export MRJUDGE_REWARD_URL={url}" in usage and "MRJUDGE_SERVER_API_KEY" in usage
     verl_path, openrlhf_path = _paths(usage)
     assert Path(verl_path).is_file() and Path(openrlhf_path).is_file()
+    # verl >= 0.7 (0.9.1's keys), and the batch manager of verl <= 0.6.
+    assert (
+        f"reward.custom_reward_function.path={verl_path} reward.custom_reward_function.name=compute_score "
+        "'+reward.custom_reward_function.reward_kwargs.group_size=${actor_rollout_ref.rollout.n}'"
+    ) in usage
     assert "custom_reward_function.name=compute_score_batch reward_model.reward_manager=batch" in usage
     assert "--rollout.n_samples_per_prompt 4" in usage
 
@@ -205,18 +211,19 @@ def test_openrlhf_py_route_and_the_empty_label_rule(env):
     assert float(paired["rewards"][0]) == pytest.approx(direct["rewards"][0], abs=1e-6)
 
 
-def test_openrlhf_py_route_without_a_server_is_neutral_and_flagged(env, monkeypatch):
+def test_openrlhf_py_route_without_a_server_raises_after_the_retries(env, monkeypatch):
     usage, _ = env
     module = load_by_path(_paths(usage)[1], "reward_func")
     monkeypatch.setattr(module, "RETRY", dataclasses.replace(module.RETRY, max_retries=0))
     monkeypatch.setenv("MRJUDGE_REWARD_URL", "http://127.0.0.1:9")  # discard port: connection refused
-    got = module.reward_func([TEXT_PROMPT + "Red."], [TEXT_PROMPT], [""])
-    assert float(got["rewards"][0]) == NEUTRAL_REWARD and float(got["extra_logs"]["judge_failed"][0]) == 1
+    with pytest.raises(module.wire.RewardUnavailable, match="ConnectionRefusedError|Connection refused"):
+        module.reward_func([TEXT_PROMPT + "Red."], [TEXT_PROMPT], [""])
 
 
 def test_openrlhf_py_route_runs_where_only_the_standard_library_is(tmp_path):
     """On a training node without mr-judge (`python -I -S`: no site-packages, no repository on the path), the
-    file still loads: it reads `judge/reward_wire.py` by path for the environment names and the retry policy."""
+    file still loads: it reads `judge/reward_wire.py` by path for the environment names, the retry policy and
+    the errors it raises."""
     path = Path(__file__).resolve().parents[2] / "judge" / "integrations" / "openrlhf.py"
     script = (
         "import dataclasses, importlib.util, json, os, sys\n"
@@ -225,12 +232,14 @@ def test_openrlhf_py_route_runs_where_only_the_standard_library_is(tmp_path):
         "assert 'judge' not in sys.modules and module.RETRY.max_retries == 4, module.RETRY\n"
         "module.RETRY = dataclasses.replace(module.RETRY, max_retries=0)\n"
         "os.environ[module.wire.REWARD_URL_ENV] = 'http://127.0.0.1:9'\n"
-        "print(json.dumps(module.reward_func(['Q Red.'], ['Q'], [''])))\n"
+        "try:\n"
+        "    module.reward_func(['Q Red.'], ['Q'], [''])\n"
+        "except module.wire.RewardUnavailable as exc:\n"
+        "    print(json.dumps({'raised': type(exc).__name__}))\n"
     )
     done = subprocess.run([sys.executable, "-I", "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    got = json.loads(done.stdout)  # no torch either: plain lists
-    assert got["rewards"] == [NEUTRAL_REWARD] and got["extra_logs"]["judge_failed"] == [1.0]
+    assert json.loads(done.stdout) == {"raised": "RewardUnavailable"}
 
 
 # -- verl ----------------------------------------------------------------------------------------------------
@@ -240,20 +249,39 @@ def test_verl_per_sample_against_the_reference_or_unscored(env):
     usage, url = env
     verl = load_by_path(_paths(usage)[0], f"custom_module_{hash(_paths(usage)[0])}")  # as load_extern_object
     extra = {"question": QUESTION, "images": ["red.png"], "index": 3}
-    scored = verl.compute_score(data_source="colours", solution_str="Red.", ground_truth="It is red.", extra_info=extra)
+
+    def score(ground_truth: str, **kwargs):
+        return asyncio.run(verl.compute_score("colours", "Red.", ground_truth, extra, **kwargs))
+
     direct = _post(
         url, "/v1/reward", {"prompt": QUESTION, "responses": ["Red."], "reference": "It is red.", "images": ["red.png"]}
     )
-    assert scored == {
+    assert score("It is red.") == {
         "score": pytest.approx(direct["rewards"][0], abs=1e-6),
         "judge_scored": 1.0,
         "judge_group_size": 1.0,
     }
-    # No reference: never judged against "", the neutral value, flagged (verl has no skip).
-    lone = verl.compute_score(data_source="colours", solution_str="Red.", ground_truth="", extra_info=extra)
-    assert lone == {"score": NEUTRAL_REWARD, "judge_scored": 0.0, "judge_group_size": 1.0}
+    # No reference and no group: refused, naming the fix (verl would otherwise train on 0.5 everywhere).
+    with pytest.raises(ValueError, match=r"reward_kwargs\.group_size"):
+        score("")
+    # A group that never fills (--group-wait-s 2) and no reference: the neutral value, flagged (verl has no skip).
+    assert score("", group_size=2) == {"score": NEUTRAL_REWARD, "judge_scored": 0.0, "judge_group_size": 1.0}
     with pytest.raises(ValueError, match=r"extra_info\['question'\]"):
-        verl.compute_score(data_source="colours", solution_str="Red.", ground_truth="", extra_info={})
+        asyncio.run(verl.compute_score("colours", "Red.", "", {}, group_size=2))
+
+
+def test_verl_per_sample_calls_of_a_prompt_are_judged_listwise_on_the_server(env):
+    usage, url = env
+    verl = load_by_path(_paths(usage)[0], "custom_module_grouped")
+    extra = {"question": QUESTION, "images": ["red.png"]}
+
+    async def rollouts():
+        return await asyncio.gather(*(verl.compute_score("x", r, "", extra, group_size=4) for r in RESPONSES))
+
+    got = asyncio.run(rollouts())
+    direct = _post(url, "/v1/reward", {"prompt": QUESTION, "responses": RESPONSES, "images": ["red.png"]})
+    assert [g["score"] for g in got] == pytest.approx(direct["rewards"], abs=1e-6)
+    assert all(g["judge_group_size"] == 4.0 and g["judge_scored"] == 1.0 for g in got)
 
 
 def test_verl_batch_scores_each_prompts_rollouts_listwise(env):

@@ -4,7 +4,9 @@ nested spec a recipe names one with (`judge.reward_spec`).
 The HTTP tests run a real server on loopback (FastAPI + uvicorn, `tests/support/reward_app.py`): a stand-in
 for `mrjudge serve`'s `POST /v1/reward` that calls `judge.reward_scoring.compute_rewards` on a rule judge,
 with switches to answer 503 to the first N calls, 500 to prompts carrying a marker, hold answers back, and
-demand an API key.
+demand an API key. A group whose input the server or judge refuses raises `RewardRefused` at once; a group the
+judge could not be reached for within the retries (an outage) gets `None`, counted and logged: never a made-up
+reward, and never a crashed run for a judge restart.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from judge.policy_reward import (
     reward_endpoint,
     reward_spec,
 )
-from judge.reward_wire import RetryPolicy
+from judge.reward_wire import RetryPolicy, RewardRefused
 from tests.support.reward_app import ALWAYS_500, fresh_state, make_reward_app, rule_judge
 from tests.support.scripted_judge import RuleJudgeBackend
 from tiny_world.servers.openai_server import serve
@@ -169,26 +171,27 @@ class BrokenBackend(RuleJudgeBackend):
         raise RuntimeError("CUDA out of memory")
 
 
-def test_in_process_failures_give_none_after_retries(caplog):
+def test_in_process_failures_give_none_after_retries_and_are_counted(caplog):
     judge = Judge(BrokenBackend(), JudgeConfig(orders=2))
     reward = InProcessJudgeReward(judge, retry=RetryPolicy(max_retries=2, backoff_s=0.001))
     metrics = Metrics()
-    with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
+    with caplog.at_level(logging.ERROR, logger="judge.policy_reward"):
         assert reward(["Q", "Q", "R", "R"], ["a", "b", "c", "d"], log_metric=metrics) == [None] * 4
     assert metrics.last("judge/failed_frac") == 1.0 and metrics.last("judge/failed_groups") == 2
-    assert metrics.last("judge/retries") == 2
-    assert "CUDA out of memory" in caplog.text and "reward None" in caplog.text
+    assert metrics.last("judge/retries") == 2 and reward.totals["failed"] == 4
+    assert "CUDA out of memory" in caplog.text
 
 
-def test_in_process_a_bad_group_sinks_only_itself(tmp_path):
+def test_in_process_a_bad_image_is_refused_naming_it(tmp_path):
+    """A mistyped image path must stop the step, not train on the other groups with this one left out."""
     reward = InProcessJudgeReward(rule_judge(), retry={"max_retries": 0})
-    rewards = reward(
-        ["Q", "Q", "R", "R"],
-        ["score=1", "score=2", "score=2", "score=1"],
-        images=[[], [], [str(tmp_path / "missing.png")], [str(tmp_path / "missing.png")]],
-    )
-    assert rewards == [0.0, 1.0, None, None]
-    assert reward.totals["failed_groups"] == 1
+    with pytest.raises(RewardRefused, match=r"1 of 2 groups got no reward.*missing\.png"):
+        reward(
+            ["Q", "Q", "R", "R"],
+            ["score=1", "score=2", "score=2", "score=1"],
+            images=[[], [], [str(tmp_path / "missing.png")], [str(tmp_path / "missing.png")]],
+        )
+    assert reward.totals["failed_groups"] == 1 and reward.totals["groups"] == 2
 
 
 def test_configuration_pickles_without_its_runtime():
@@ -226,26 +229,27 @@ def test_http_retries_a_full_queue_then_succeeds(reward_server):
     assert state["calls"] == 3 and metrics.last("judge/retries") == 2 and metrics.last("judge/failed_frac") == 0.0
 
 
-def test_http_a_group_that_keeps_failing_gets_none(reward_server, caplog):
+def test_http_a_group_that_keeps_failing_gets_none_after_the_retries(reward_server, caplog):
     url, state = reward_server
     metrics = Metrics()
     reward = _http(url, max_retries=2)
-    with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
+    with caplog.at_level(logging.ERROR, logger="judge.policy_reward"):
         rewards = reward(["ok", "ok", ALWAYS_500, ALWAYS_500], ["score=1", "score=3"] * 2, log_metric=metrics)
-    assert rewards == [0.0, 1.0, None, None]
+    assert rewards == [0.0, 1.0, None, None]  # the good group's rewards stand; the failed one is no signal
+    assert "1 of 2 groups got no reward" in caplog.text
     assert state["calls"] == 1 + 3  # the good group once, the bad one 1 + max_retries times
     assert metrics.last("judge/failed_groups") == 1 and metrics.last("judge/failed_frac") == 0.5
     assert metrics.last("judge/retries") == 2 and reward.totals["failed"] == 2
     assert "HTTP 500: judge crashed" in caplog.text
 
 
-def test_http_client_errors_are_not_retried(reward_server, caplog):
+def test_http_client_errors_raise_the_servers_message_at_once(reward_server):
     url, state = reward_server
     reward = _http(url, max_options=16)  # more than the server's 8: a listwise group of 10 is refused
-    with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
-        assert reward(["Q"] * 10, [f"score={i}" for i in range(10)]) == [None] * 10
+    with pytest.raises(RewardRefused, match=r"HTTP 422 \(field 'responses'\)") as refused:
+        reward(["Q"] * 10, [f"score={i}" for i in range(10)])
+    assert refused.value.status == 422
     assert state["calls"] == 1 and reward.totals["retries"] == 0
-    assert "HTTP 422 (field 'responses')" in caplog.text
 
 
 def test_http_timeouts_and_refused_connections_are_retried_then_give_none(reward_server):
@@ -259,14 +263,16 @@ def test_http_timeouts_and_refused_connections_are_retried_then_give_none(reward
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     refused = _http(f"http://127.0.0.1:{port}", max_retries=2)
-    assert refused(["Q", "Q"], ["a", "b"]) == [None, None] and refused.totals["retries"] == 2
+    assert refused(["Q", "Q"], ["a", "b"]) == [None, None]
+    assert refused.totals["retries"] == 2
 
 
 def test_http_sends_the_api_key(reward_server, monkeypatch):
     url, state = reward_server
     state["api_key"] = "s3cret"
     assert _http(url, api_key="s3cret")(["Q", "Q"], ["score=1", "score=2"]) == [0.0, 1.0]
-    assert _http(url, api_key="wrong")(["Q", "Q"], ["score=1", "score=2"]) == [None, None]  # 401: not retried
+    with pytest.raises(RewardRefused, match="HTTP 401"):  # a wrong key: not retried, and never a made-up reward
+        _http(url, api_key="wrong")(["Q", "Q"], ["score=1", "score=2"])
     monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", "s3cret")
     assert _http(url)(["Q", "Q"], ["score=1", "score=2"]) == [0.0, 1.0]
 
@@ -305,7 +311,8 @@ def test_against_the_real_reward_server_with_a_key(monkeypatch):
     assert local == [0.0, 1.0, 1.0, 0.0]
     with serve(create_app(rule_judge(), ServerConfig(api_key="s3cret"))) as url:
         keyless = _http(url, mode="pairwise", reference_column="answer", max_retries=0)
-        assert keyless(prompts, completions, **kwargs) == [None] * 4  # 401 is not retried: no reward
+        with pytest.raises(RewardRefused, match="HTTP 401"):  # 401 is not retried: no reward
+            keyless(prompts, completions, **kwargs)
         monkeypatch.setenv("MRJUDGE_SERVER_API_KEY", "s3cret")
         remote = _http(url, mode="pairwise", reference_column="answer")
         assert remote(prompts, completions, **kwargs) == local

@@ -78,3 +78,29 @@ def test_a_label_image_outside_the_allowed_folder_is_refused(url):
     body = {"query": [query("score=1")], "prompts": [PROMPT], "labels": ['{"images": ["/etc/passwd.png"]}']}
     response = httpx.post(f"{url}/get_reward", json=body, timeout=30)
     assert response.status_code == 422 and response.json()["error"]["field"] == "labels[0].images[0]"
+
+
+def test_a_request_names_its_own_group_size(url):
+    """verl's per-sample calls send `group_size` (its rollout.n): the server holds that many, whatever its own."""
+    rows = [(query(f"score={s}"), PROMPT, "") for s in (3, 9)]
+
+    def post(row):
+        body = {"query": [row[0]], "prompts": [row[1]], "labels": [row[2]], "group_size": 2}
+        return httpx.post(f"{url}/get_reward", json=body, timeout=30).json()
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(post, rows))
+    assert [g["rewards"] for g in got] == [[0.0], [1.0]]
+    assert all(g["extra_logs"]["judge_group_size"] == [2.0] for g in got)
+    assert time.monotonic() - start < 0.5  # whole at two, not after the server's 0.5 s wait for four
+    # One sample with group_size 1 and a reference: judged at once, pairwise.
+    body = {"query": [query("score=4")], "prompts": [PROMPT], "labels": ["score=6"], "group_size": 1}
+    assert httpx.post(f"{url}/get_reward", json=body, timeout=30).json()["rewards"] == [0.0]
+
+
+@pytest.mark.parametrize(("size", "status"), [(0, 422), (-2, 422), (True, 422), (513, 413)])
+def test_a_bad_group_size_is_refused_naming_the_field(url, size, status):
+    body = {"query": [query("score=1")], "prompts": [PROMPT], "labels": [""], "group_size": size}
+    response = httpx.post(f"{url}/get_reward", json=body, timeout=30)
+    assert response.status_code == status and response.json()["error"]["field"] == "group_size"

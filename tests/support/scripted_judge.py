@@ -8,6 +8,7 @@ on a CPU in a test, and goes through the real prompt builder, display orders and
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import threading
@@ -62,3 +63,31 @@ class SlowRuleBackend(RuleJudgeBackend):
         self.image_sizes.extend(image.size for request in requests for image in request.images)
         time.sleep(self.delay_s)
         return super().generate(requests, params)
+
+
+class ScoredRuleBackend(SlowRuleBackend):
+    """The rule judge with option log-probs: each candidate's probability is the softmax of its `score=N`, so a
+    listwise group of G gets G distinct non-zero rewards (a plain rule judge gives one 1.0 and zeros).
+
+    It records, per chat request, how many candidates it showed and the colours of its images (each image's
+    centre pixel), so a test can see that a prompt's responses were judged together and that the images
+    reached the judge.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: list[dict] = []
+
+    def generate(self, requests, params):
+        out = super().generate(requests, params)
+        for request, generation in zip(requests, out):
+            text = next(p["text"] for p in request.messages[-1]["content"] if p.get("type") == "text")
+            options = CANDIDATE.findall(text)
+            scores = [int(m.group(1)) if (m := SCORE.search(body)) else 0 for _, body in options]
+            colours = [image.convert("RGB").getpixel((image.width // 2, image.height // 2)) for image in request.images]
+            self.shown.append({"candidates": [body for _, body in options], "image_colours": colours})
+            if generation.label_logprobs is None and "<answer>" in generation.text:
+                top = max(scores)
+                norm = top + math.log(sum(math.exp(s - top) for s in scores))
+                generation.label_logprobs = [s - norm for s in scores]
+        return out
