@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bar_chart", "reward_curve", "saved_figure", "training_curves"]
+__all__ = ["bar_chart", "curves_by_run", "reward_curve", "saved_figure", "training_curves"]
 
 
 @contextmanager
@@ -40,6 +40,14 @@ def saved_figure(
         plt.close(fig)
 
 
+def _fitted(title: str, *, width_in: float) -> str:
+    """The title wrapped to the figure's width (about 11 characters an inch at the title's size), so it is
+    never cut off at the edges."""
+    import textwrap
+
+    return textwrap.fill(title, width=max(30, int(11 * width_in)))
+
+
 def bar_chart(
     path: str | Path,
     series: dict[str, dict[str, float | None]],
@@ -58,12 +66,13 @@ def bar_chart(
             bars = ax.bar(xs, [h if h is not None else 0 for h in heights], width, label=name)
             for bar, h in zip(bars, heights):
                 if h is not None:
-                    ax.annotate(
-                        f"{h:.1f}", (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom", fontsize=7
-                    )
+                    centre = bar.get_x() + bar.get_width() / 2
+                    if h == 0:  # a zero bar has no height: mark it, so it reads as 0 and not as missing
+                        ax.plot([bar.get_x(), bar.get_x() + bar.get_width()], [0, 0], lw=3, c=bar.get_facecolor())
+                    ax.annotate(f"{h:.1f}", (centre, h), ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(categories)), categories, rotation=20, ha="right")
         ax.set_ylabel(ylabel)
-        ax.set_title(title)
+        ax.set_title(_fitted(title, width_in=max(5, 1.3 * len(categories) + 2)), fontsize=10)
         if ylim:
             ax.set_ylim(*ylim)
         if len(series) > 1:
@@ -85,13 +94,13 @@ def training_curves(
             if name == "sft":
                 points = [(r["step"], r["loss"]) for r in sft or () if "loss" in r]
                 ax.set_xlabel("SFT step"), ax.set_ylabel("loss"), ax.set_yscale("log")
-                if points:
-                    ax.plot(*zip(*points), label="SFT loss"), ax.legend()
+                if points:  # markers: a run of one logged step is still a point
+                    ax.plot(*zip(*points), marker=".", label="SFT loss"), ax.legend()
             else:
                 points = [(r["step"], r["reward"]) for r in grpo or () if "reward" in r]
-                ax.set_xlabel("GRPO step"), ax.set_ylabel("reward"), ax.set_ylim(0, 1)
+                ax.set_xlabel("GRPO step"), ax.set_ylabel("reward"), ax.set_ylim(-0.03, 1.03)  # 0 and 1 stay visible
                 if points:
-                    ax.plot(*zip(*points), label="GRPO mean reward"), ax.legend()
+                    ax.plot(*zip(*points), marker=".", label="GRPO mean reward"), ax.legend()
     return Path(path)
 
 
@@ -124,4 +133,28 @@ def reward_curve(
         ax.axhline(after, ls="--", c="black", label=f"held-out after: {after:.3f}")
         ax.set_xlabel(xlabel), ax.set_ylabel("judge reward (pairwise vs reference)"), ax.set_ylim(*ylim)
         ax.legend(loc=legend_loc, fontsize=8)
+    return Path(path)
+
+
+def curves_by_run(
+    path: str | Path,
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    key: str = "reward",
+    title: str,
+    xlabel: str = "GRPO step",
+    ylabel: str = "mean reward (training batch)",
+) -> Path:
+    """One line per run of a logged figure (`key`) against the step, with markers, so a run of one step
+    still shows (each run's rewards are on its own scale: an oracle's 0/1, a judge's pairwise share)."""
+    with saved_figure(path, figsize=(7, 4)) as (_, ax):
+        for name, logs in runs.items():
+            points = [(r["step"], r[key]) for r in logs if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+            if points:
+                ax.plot(*zip(*points), marker=".", label=name)
+            else:  # every step unscored (NaN) or none logged: say so rather than leave the run out silently
+                ax.plot([], [], marker=".", label=f"{name}: no step scored")
+        ax.set_xlabel(xlabel), ax.set_ylabel(ylabel), ax.set_title(_fitted(title, width_in=7), fontsize=10)
+        if runs:
+            ax.legend(fontsize=8)
     return Path(path)

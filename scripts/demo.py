@@ -56,7 +56,14 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_demo_config(args.config, DEMO_FLAGS.values(args))
     console = Console()
+    if not console.is_terminal:  # piped to a log: rich would squeeze the tables to 80 columns
+        console = Console(width=160)
     console.rule("[bold]mr-judge demo")
     console.print(f"output: {args.out}  (re-run the same command to resume; `--quick` for tiny budgets)")
+    if config.quick:
+        console.print(
+            "quick preset: every stage runs on tiny budgets to show that the pipeline works; they cannot teach, "
+            "so its accuracies sit near chance (the full demo: `mrjudge demo`, about 15-20 minutes on 2 cores)"
+        )
     run_demo(config, args.out, console)
     return 0

@@ -19,6 +19,7 @@ model, `mrjudge adapters merge` it first (docs/lora-handoff.md). `reward.model` 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,14 +166,38 @@ def load_prompt_dataset(path: str | Path, *, policy_sees_images: bool = True, ke
     return datasets.Dataset.from_dict(columns).with_transform(ImageDecoder(("images", TEXT_POLICY_IMAGE_COLUMN)))
 
 
+class _UnscoredRowsAreCounted(logging.Filter):
+    """TRL warns once per completion that no reward function scored, printing the whole row (a raw PIL image
+    included). The judge reward counts and logs its unscored verdicts itself (`/v1/reward: N of M responses
+    unscored (why)`), so TRL's row dump is dropped; every other TRL message passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "All reward functions returned None" not in record.getMessage()  # accelerate prefixes "[RANK 0] "
+
+
+def _quiet_unscored_rows() -> None:
+    trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
+    if not any(isinstance(f, _UnscoredRowsAreCounted) for f in trl_logger.filters):
+        trl_logger.addFilter(_UnscoredRowsAreCounted())
+
+
 def build_policy_trainer(
-    config: JudgePolicyGRPOConfig, *, callbacks: list[Any] | None = None, checkpoint: str | None = None
+    config: JudgePolicyGRPOConfig,
+    *,
+    callbacks: list[Any] | None = None,
+    checkpoint: str | None = None,
+    reward_funcs: list[Any] | None = None,
 ) -> Any:
-    """A `GRPOTrainer` for the policy, with the judge reward wired in (built lazily: nothing is judged yet)."""
+    """A `GRPOTrainer` for the policy, with the judge reward wired in (built lazily: nothing is judged yet).
+
+    `reward_funcs` replaces the judge with other TRL reward functions (a benchmark's oracle or noise arm),
+    everything else unchanged."""
     from trl import GRPOTrainer
 
     from training.replay_trainer import ReplayGRPOTrainer
 
+    if reward_funcs is None:
+        _quiet_unscored_rows()
     loaded = load_training_model(config, checkpoint, left_pad=True)  # TRL left-pads prompts
     is_vlm = getattr(loaded[0].config, "vision_config", None) is not None
     options = dict(policy_sees_images=is_vlm, keep_text_only=config.keep_text_only_rows)
@@ -184,7 +209,7 @@ def build_policy_trainer(
         loaded,
         lambda path: load_prompt_dataset(path, **options),
         callbacks=callbacks,
-        reward_funcs=[config.reward_function(image_columns)],
+        reward_funcs=reward_funcs or [config.reward_function(image_columns)],
     )
     if config.adapter_handoff:
         from training.handoff import AdapterHandoff, install_adapter_handoff

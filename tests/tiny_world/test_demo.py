@@ -50,6 +50,7 @@ def test_stages_are_in_pipeline_order():
         "untrained",
         "warmup",
         "sft",
+        "pool",
         "grpo",
         "evaluate",
         "best_of_n",
@@ -75,7 +76,11 @@ def test_quick_demo_writes_the_summary(demo):
     assert sum(headline["heldout_flaw_counts"].values()) == QUICK["heldout_n"]
     assert set(headline["heldout_per_flaw"]) == set(headline["heldout_flaw_counts"])
     assert set(headline["best_of_n"]) == {"n", "first", "random", "judge", "oracle"}
-    assert 0 <= headline["policy_reward"]["before"] <= 1 and 0 <= headline["policy_reward"]["after"] <= 1
+    policy = headline["policy_exact"]
+    assert 0 <= policy["exact_before"] <= 1 and 0 <= policy["exact_after"] <= 1 and policy["oracle_gain"] is not None
+    assert headline["judge_grpo_gain"] == pytest.approx(
+        headline["heldout_accuracy"]["grpo"] - headline["heldout_accuracy"]["sft"], abs=1e-4
+    )
     assert summary["config"]["reasoner_style"] == "checks" and summary["config"]["shaded"] is True
     assert summary["stages"]["warmup"]["figures"]["steps"] == QUICK["vision_warmup_steps"]
     assert summary["stages"]["warmup"]["figures"]["frozen"] is True
@@ -105,6 +110,12 @@ def test_stage_outputs_are_usable(demo):
     policy = json.loads((out / "policy" / "stage.json").read_text())["figures"]
     assert policy["served_requests"] > 0
     assert (out / "grpo" / "model" / "model.safetensors").is_file()
+    # Judge GRPO trained on its own pool (fresh records; tests/tiny_world/test_judge_pool.py: disjoint from SFT's).
+    pool = json.loads((out / "pool" / "stage.json").read_text())["figures"]
+    assert pool["file"] == "pool/rl.jsonl" and pool["items"] == 2 * pool["kept"] > 0
+    assert len((out / "pool" / "rl.jsonl").read_text().splitlines()) == pool["items"]
+    grpo = json.loads((out / "grpo" / "stage.json").read_text())["figures"]
+    assert grpo["frac_reward_zero_std_first"] is not None and grpo["entropy_first"] is not None
 
 
 def test_report_embeds_plots_that_exist(demo):
@@ -115,7 +126,7 @@ def test_report_embeds_plots_that_exist(demo):
     for image in images:
         assert (out / image).is_file(), image
     expected_plots = ("grpo/curves.png", "evaluate/heldout_by_stage.png", "evaluate/heldout_by_flaw.png")
-    for expected in (*expected_plots, "policy/reward_curve.png"):
+    for expected in (*expected_plots, "policy/reward_curve.png", "policy/exact_answers.png"):
         assert expected in images
     assert any(i.startswith("best_of_n/") for i in images)
     for link in re.findall(r"\]\(([^)]+\.md)\)", report):
@@ -165,7 +176,7 @@ def test_a_stage_hash_covers_everything_upstream():
     base = load_demo_config(quick=True)
     old, new = hashes(base), hashes(replace(base, sft_max_steps=base.sft_max_steps + 1))
     changed = [name for name in STAGE_NAMES if old[name] != new[name]]
-    assert changed == ["sft", "grpo", "evaluate", "best_of_n", "policy"]
+    assert changed == ["sft", "pool", "grpo", "evaluate", "best_of_n", "policy"]
     warm = hashes(replace(base, vision_warmup_steps=base.vision_warmup_steps + 1))
     assert [name for name in STAGE_NAMES if old[name] != warm[name]] == STAGE_NAMES[STAGE_NAMES.index("warmup") :]
     assert hashes(replace(base, threads=1, wall_budget_s=1.0)) == old  # run settings change no output

@@ -68,7 +68,8 @@ def test_trainer_settings_are_the_measured_recipe(tmp_path):
     assert sft.per_device_train_batch_size == 16 and not sft.gradient_checkpointing and sft.use_cpu
     assert sft_config("m", "t.jsonl", tmp_path, max_steps=10, logging_steps=1).logging_steps == 1  # overrides win
     grpo = grpo_config("m", "t.jsonl", tmp_path, max_steps=20)
-    assert grpo.beta == 0.0 and grpo.temperature == 1.0 and grpo.num_generations == 4
+    assert grpo.loss_type == "grpo" and grpo.beta == 0.02 and grpo.temperature == 0.7 and grpo.num_generations == 8
+    assert grpo.warmup_steps == 0.1 and grpo.learning_rate == 3e-5
     assert grpo.prompt_config().instruction == COMPACT_PROMPT.instruction and grpo.prompt_config().criteria is None
 
 
@@ -86,7 +87,10 @@ def test_the_recipe_is_the_learning_benchmarks(tmp_path):
     sft = recipe.sft_config("m", "t.jsonl", tmp_path)
     assert sft.max_steps == 1500 and sft.learning_rate == 1e-3 and sft.freeze_vision
     grpo = recipe.grpo_config("m", "t.jsonl", tmp_path, logging_steps=1)
-    assert grpo.max_steps == 20 and grpo.max_completion_length == 192 and grpo.freeze_vision and grpo.logging_steps == 1
+    assert (
+        grpo.max_steps == 100 and grpo.max_completion_length == 192 and grpo.freeze_vision and grpo.logging_steps == 1
+    )
+    assert (grpo.beta, grpo.loss_type, grpo.temperature) == (recipe.grpo_beta, recipe.grpo_loss_type, 0.7)
     assert DemoConfig().recipe() == recipe  # the demo's defaults are the recipe's
 
 

@@ -231,3 +231,19 @@ def test_two_steps_against_a_reward_server_that_fails_once(policy, tiny_vlm_dir,
     assert trainer.reward_funcs[0].totals["groups"] == 4  # 2 steps × 2 prompts, one request each
     # Each request carried its prompt's world image, also when the policy itself is text-only.
     assert len(state["bodies"]) == 4 and all(sizes == [(56, 56)] for sizes in state["image_sizes"])
+
+
+def test_trl_row_dump_for_unscored_completions_is_dropped_other_messages_pass(caplog):
+    """The judge reward counts its unscored verdicts itself; TRL's per-row dump (a raw PIL image in it) goes."""
+    import logging
+
+    from training.policy import _quiet_unscored_rows
+
+    _quiet_unscored_rows()
+    _quiet_unscored_rows()  # idempotent: one filter
+    trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
+    assert len(trl_logger.filters) == 1
+    with caplog.at_level(logging.WARNING, logger="trl.trainer.grpo_trainer"):
+        trl_logger.warning("[RANK 0] All reward functions returned None for the following kwargs:\n{}")
+        trl_logger.warning("another TRL warning")
+    assert [r.getMessage() for r in caplog.records] == ["another TRL warning"]

@@ -47,20 +47,26 @@ class DemoConfig(TinyJudgeRecipe):
     bon_n: int = field(default=4, metadata={"help": "candidates per question (N)"})
     bon_gold_share: float = field(default=0.35, metadata={"help": "chance a candidate is the right answer"})
 
-    # Policy GRPO against the reward server (TRL's names after `policy_`; the warm start's after `policy_sft_`)
+    # A seeing policy, then GRPO against the reward server (TRL's names after `policy_`)
     policy_size: str = field(default="tiny", metadata={"help": "tiny-model size of the policy"})
-    policy_sft_max_steps: int = field(default=150, metadata={"help": "policy warm-start SFT steps"})
-    policy_correct_share: float = field(
-        default=0.5, metadata={"help": "share of right answers in the policy's warm-start data (the rest are wrong)"}
+    policy_vision_warmup_steps: int = field(
+        default=600, metadata={"help": "the policy's own perception warm-up steps (then its tower is frozen)"}
     )
-    policy_max_steps: int = field(default=20, metadata={"help": "policy GRPO steps rewarded by the server"})
+    policy_sft_max_steps: int = field(default=800, metadata={"help": "policy SFT steps on right answers (lr 1e-3)"})
+    policy_correct_share: float = field(
+        default=1.0, metadata={"help": "share of right answers in the policy's warm-start data (the rest are wrong)"}
+    )
+    policy_max_steps: int = field(default=150, metadata={"help": "policy GRPO steps per reward arm"})
     policy_per_device_train_batch_size: int = field(default=16, metadata={"help": "policy GRPO completions per step"})
     policy_num_generations: int = field(default=4, metadata={"help": "completions per prompt in policy GRPO"})
     policy_max_completion_length: int = field(default=24, metadata={"help": "policy answer budget (tokens)"})
-    policy_learning_rate: float = field(default=3e-4, metadata={"help": "policy GRPO learning rate"})
+    policy_learning_rate: float = field(default=2e-4, metadata={"help": "policy GRPO learning rate"})
     policy_beta: float = field(default=0.04, metadata={"help": "KL penalty keeping the policy near its start"})
-    policy_heldout: int = field(default=16, metadata={"help": "held-out questions for reward before/after"})
-    policy_samples: int = field(default=4, metadata={"help": "sampled answers per held-out question"})
+    policy_heldout: int = field(default=200, metadata={"help": "validation questions for exact answers before/after"})
+    policy_samples: int = field(default=4, metadata={"help": "sampled answers per validation question"})
+    policy_oracle_arm: bool = field(
+        default=True, metadata={"help": "also GRPO the policy with the answer key as its reward, for comparison"}
+    )
 
     quick: bool = field(default=False, metadata={"help": "start from the quick preset (tiny budgets, for tests)"})
 
@@ -79,8 +85,11 @@ class DemoConfig(TinyJudgeRecipe):
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
-        if self.policy_max_steps < 0 or self.policy_sft_max_steps < 0:
-            raise ValueError("policy_sft_max_steps and policy_max_steps must be >= 0")
+        if self.policy_max_steps < 0 or self.policy_sft_max_steps < 1 or self.policy_vision_warmup_steps < 1:
+            raise ValueError(
+                "policy_max_steps must be >= 0, policy_sft_max_steps and policy_vision_warmup_steps >= 1 "
+                "(the policy must see and answer before a reward can teach it)"
+            )
         if self.bon_n < 2:
             raise ValueError(f"bon_n ({self.bon_n}) must be at least 2: best-of-N chooses among N")
         check_group(self.policy_per_device_train_batch_size, self.policy_num_generations, "policy_")
@@ -111,6 +120,8 @@ QUICK: dict[str, Any] = dict(
     num_generations=2,
     bon_questions=4,
     bon_n=3,
+    pool_n=30,
+    policy_vision_warmup_steps=2,
     policy_sft_max_steps=2,
     policy_max_steps=1,
     policy_per_device_train_batch_size=4,

@@ -24,8 +24,9 @@ from typing import Any
 from jobs.jsonl import write_json_atomic, write_text_atomic
 from tiny_world.demo.config import DemoConfig
 from tiny_world.demo.stages import STAGES, Stage, StageContext
+from tiny_world.recipe import TinyJudgeRecipe
 
-__all__ = ["run_demo", "stage_hash", "summarize"]
+__all__ = ["demo_judge", "demo_recipe", "run_demo", "run_stages", "stage_hash", "summarize"]
 
 STAGE_FILE = "stage.json"
 
@@ -55,10 +56,8 @@ def run_demo(config: DemoConfig, out: Path, console: Any = None) -> dict[str, An
         out: the demo folder; created if missing.
         console: a `rich.console.Console` for progress and the summary table; None runs silently.
     """
-    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with ExitStack() as stack:
-        records = _run_stages(config, out, console, stack)
+    records = run_stages(config, out, console)
     summary = summarize(config, records, run_wall_s=time.perf_counter() - start)
     write_json_atomic(out / "summary.json", summary)
     write_text_atomic(out / "report.md", report_markdown(summary, out))
@@ -94,11 +93,49 @@ def _training_session(config: DemoConfig) -> Iterator[None]:
         datasets.enable_progress_bars()
 
 
-def _run_stages(config: DemoConfig, out: Path, console: Any, stack: ExitStack) -> dict[str, dict[str, Any]]:
+def run_stages(
+    config: DemoConfig, out: Path, console: Any = None, *, until: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Run (or resume) the stages in order into `out`, up to and including `until` (default: all); return
+    each stage's record. Benchmarks that start from the demo's SFT judge stop at `until="sft"`."""
+    names = [stage.name for stage in STAGES]
+    if until is not None and until not in names:
+        raise ValueError(f"until must be one of {names}, got {until!r}")
+    stages = STAGES[: names.index(until) + 1] if until else STAGES
+    out.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        return _run_stages(config, out, console, stack, stages)
+
+
+def demo_recipe(out: Path) -> TinyJudgeRecipe:
+    """The judge recipe a demo folder was made with, read back from its stages' recorded inputs (the stages
+    from `world` to `sft` must be done; `pool` and `grpo` are read too when they are): benchmarks that start
+    from a demo's judge train on its terms."""
+    names = [stage.name for stage in STAGES]
+    values: dict[str, Any] = {}
+    for stage in STAGES[: names.index("grpo") + 1]:
+        record = _read_record(out / stage.name / STAGE_FILE)
+        if record is None and names.index(stage.name) <= names.index("sft"):
+            raise ValueError(f"{out} has no finished `{stage.name}` stage: run `mrjudge demo --out {out}` first")
+        values.update(record["inputs"] if record else {})
+    return TinyJudgeRecipe(**{k: v for k, v in values.items() if k in TinyJudgeRecipe.__dataclass_fields__})
+
+
+def demo_judge(out: Path, stage: str = "grpo") -> Path:
+    """The judge model a demo folder's `stage` (sft or grpo) ended with (GRPO skipped: the SFT judge)."""
+    record = _read_record(out / stage / STAGE_FILE)
+    if record is None:
+        raise ValueError(f"{out} has no finished `{stage}` stage: run `mrjudge demo --out {out}` first")
+    return out / record["figures"]["model"]
+
+
+def _run_stages(
+    config: DemoConfig, out: Path, console: Any, stack: ExitStack, stages: tuple[Stage, ...]
+) -> dict[str, dict[str, Any]]:
     hashes: dict[str, str] = {}
     records: dict[str, dict[str, Any]] = {}
     session = False
-    for index, stage in enumerate(STAGES, 1):
+    for index, stage in enumerate(stages, 1):
         hashes[stage.name] = digest = stage_hash(stage, config, hashes)
         folder = out / stage.name
         record = _read_record(folder / STAGE_FILE)
@@ -191,8 +228,18 @@ def summarize(config: DemoConfig, records: dict[str, dict[str, Any]], *, run_wal
             "heldout_per_flaw": figures["evaluate"]["per_flaw"],
             "heldout_flaw_counts": figures["evaluate"]["flaw_counts"],
             "best_of_n": {"n": bon["n"], **{k: bon[k] for k in ("first", "random", "judge", "oracle")}},
-            "policy_reward": {"before": pol["reward_before"], "after": pol["reward_after"]},
-            "policy_exact": {"before": pol["exact_before"], "after": pol["exact_after"]},
+            "judge_grpo_gain": round(accuracy - figures["sft"]["accuracy"], 4),
+            "policy_exact": {
+                k: pol[k]
+                for k in (
+                    "exact_before",
+                    "exact_after",
+                    "gain",
+                    "oracle_exact_after",
+                    "oracle_gain",
+                    "judge_gain_ratio",
+                )
+            },
         },
         "stages": {
             name: {k: record[k] for k in ("status", "wall_s", "budget", "hash", "figures")}
@@ -213,7 +260,7 @@ def _evidence(per_evidence: dict[str, float], kind: str) -> str:
 def _headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     h = summary["headline"]
     acc, cons, dec, ev = h["heldout_accuracy"], h["order_consistency"], h["heldout_decided"], h["heldout_per_evidence"]
-    bon = h["best_of_n"]
+    bon, pol = h["best_of_n"], h["policy_exact"]
     goal = summary["judge_heldout_goal"]
     counts = h["heldout_flaw_counts"]
     return [
@@ -224,10 +271,15 @@ def _headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         (
             "judge_heldout_accuracy (VL-RewardBench format, mc)",
-            f"{_f(summary['judge_heldout_accuracy'])} — goal ≥ {goal:.2f}: "
-            + ("met" if summary["goal_met"] else "not met")
+            f"{_f(summary['judge_heldout_accuracy'])} — "
+            + (
+                "goal not checked: the quick preset only shows that every stage runs (its budgets cannot teach)"
+                if summary["config"].get("quick")
+                else f"goal ≥ {goal:.2f}: " + ("met" if summary["goal_met"] else "not met")
+            )
             + f"; official scorer (undecided left out) {_f(h['vlrb_overall_accuracy'])}",
         ),
+        ("judge GRPO's gain over SFT (held-out accuracy)", f"{h['judge_grpo_gain']:+.3f}"),
         (
             "order consistency: untrained / SFT / GRPO",
             f"{_f(cons['untrained'], 2)} / {_f(cons['sft'], 2)} / {_f(cons['grpo'], 2)}",
@@ -251,9 +303,14 @@ def _headline_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"{bon['first']:.3f} / {bon['random']:.3f} / {bon['judge']:.3f} / {bon['oracle']:.3f}",
         ),
         (
-            "policy judge reward: before / after GRPO",
-            f"{h['policy_reward']['before']:.3f} / {h['policy_reward']['after']:.3f}  (exact answers "
-            f"{h['policy_exact']['before']:.0%} / {h['policy_exact']['after']:.0%})",
+            "policy exact answers: before / after GRPO (judge reward) / after GRPO (answer key)",
+            f"{_f(pol['exact_before'])} / {_f(pol['exact_after'])} / {_f(pol['oracle_exact_after'])}  (gain "
+            f"{pol['gain']:+.3f} from the judge"
+            + (
+                f", {pol['oracle_gain']:+.3f} from the answer key: ratio {_f(pol['judge_gain_ratio'], 2)})"
+                if pol["oracle_gain"] is not None
+                else ")"
+            ),
         ),
         (
             "total wall time (all stages)",

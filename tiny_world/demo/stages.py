@@ -1,7 +1,7 @@
 """The stages of `mrjudge demo`, in order: each is a small function from the config and the earlier stages'
 folders to its own folder `OUT/<stage>/` and a dict of key figures (what `stage.json` records).
 
-    world → negatives → distill → heldout → untrained → warmup → sft → grpo → evaluate → best_of_n → policy
+    world → negatives → distill → heldout → untrained → warmup → sft → pool → grpo → evaluate → best_of_n → policy
 
 The judge is trained by the recipe of `benchmarks/learning_curve.py`, taken from one place
 (`tiny_world.recipe.TinyJudgeRecipe`, built by `DemoConfig.recipe()`): shaded world, perception warm-up,
@@ -284,9 +284,9 @@ def _log_stats(logs: list[dict[str, Any]], key: str) -> tuple[float | None, floa
 
 
 def _train_judge(
-    ctx: StageContext, stage: str, build: Any, model: Path, data: str, curve: str
+    ctx: StageContext, stage: str, build: Any, model: Path, data: Path, curve: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train the judge by the recipe's `stage` (sft or grpo) from `model` on `distill/<data>/train.jsonl` into
+    """Train the judge by the recipe's `stage` (sft or grpo) from `model` on the `data` file into
     `<stage>/model`, with one progress bar; write `history.json`; return the logged history and the stage's
     training figures (model, steps, wall time, and the mean logged `curve` at the start and the end)."""
     from tiny_world.recipe import History
@@ -295,7 +295,7 @@ def _train_judge(
     steps = getattr(ctx.config, f"{stage}_max_steps")
     trainer_config = getattr(ctx.config.recipe(), f"{stage}_config")(
         model,
-        ctx.path("distill", data, "train.jsonl"),
+        data,
         ctx.folder / "model",
         freeze_vision=ctx.figures("warmup")["frozen"],
         logging_steps=min({"sft": 10, "grpo": 2}[stage], steps),
@@ -315,10 +315,34 @@ def sft(ctx: StageContext) -> dict[str, Any]:
     from training.sft import build_sft_trainer
 
     warm = ctx.out / ctx.figures("warmup")["model"]
-    logs, trained = _train_judge(ctx, "sft", build_sft_trainer, warm, "sft", "loss")
+    logs, trained = _train_judge(ctx, "sft", build_sft_trainer, warm, ctx.path("distill", "sft", "train.jsonl"), "loss")
     training_curves(ctx.folder / "loss.png", sft=logs)
     figures = _heldout_eval(ctx, ctx.folder / "model", ctx.folder / "vlrb", JUDGE_NAME["sft"])
     return {**trained, **figures, "loss_plot": ctx.rel(ctx.folder / "loss.png")}
+
+
+def pool(ctx: StageContext) -> dict[str, Any]:
+    """Judge GRPO's own pool (`tiny_world.judge_pool`): fresh world records SFT never saw, every negative,
+    the pairs the SFT judge gets wrong or inconsistent plus as many right ones, in both display orders."""
+    from jobs.jsonl import read_jsonl
+    from jobs.progress import new_progress
+    from tiny_world.judge_pool import all_pairs, content_key, filter_pool, write_pool_items, write_pool_world
+
+    config = ctx.config
+    if not config.pool_n:  # the SFT items themselves, as before the pool existed
+        return {"file": ctx.rel(ctx.path("distill", "rl", "train.jsonl")), "skipped": True}
+    seen = [row for _, row in read_jsonl(ctx.path("negatives", "negatives.jsonl"))]
+    rows = write_pool_world(config.recipe(), ctx.folder / "world", config.pool_n, exclude=map(content_key, seen))
+    pairs = all_pairs(rows)
+    judge = config.recipe().judge(
+        ctx.out / ctx.figures("sft")["model"], image_root=None, batch_size=config.eval_batch_size
+    )
+    with new_progress(enabled=ctx.console is not None) as progress:
+        task = progress.add_task("the SFT judge on the pool (both orders)", total=len(pairs))
+        verdicts = judge.select(pairs, progress=lambda n: progress.advance(task, n))
+    kept, figures = filter_pool(pairs, verdicts, config.seed)
+    items = write_pool_items(kept, ctx.folder / "rl.jsonl")
+    return {"records": len(rows), **figures, "items": items, "file": ctx.rel(ctx.folder / "rl.jsonl")}
 
 
 def grpo(ctx: StageContext) -> dict[str, Any]:
@@ -328,10 +352,20 @@ def grpo(ctx: StageContext) -> dict[str, Any]:
     sft_model = ctx.out / ctx.figures("sft")["model"]
     if ctx.config.grpo_max_steps == 0:
         return {"model": ctx.rel(sft_model), "steps": 0, "skipped": True, "plots": [ctx.figures("sft")["loss_plot"]]}
-    logs, trained = _train_judge(ctx, "grpo", build_grpo_trainer, sft_model, "rl", "reward")
+    data = ctx.out / ctx.figures("pool")["file"]
+    logs, trained = _train_judge(ctx, "grpo", build_grpo_trainer, sft_model, data, "reward")
     sft_logs = json.loads(ctx.path("sft", "history.json").read_text())
     training_curves(ctx.folder / "curves.png", sft=sft_logs, grpo=logs)
-    return {**trained, "plots": [ctx.rel(ctx.folder / "curves.png")]}
+    zero_first, zero_last = _log_stats(logs, "frac_reward_zero_std")
+    entropy_first, entropy_last = _log_stats(logs, "entropy")
+    return {
+        **trained,
+        "frac_reward_zero_std_first": zero_first,
+        "frac_reward_zero_std_last": zero_last,
+        "entropy_first": entropy_first,
+        "entropy_last": entropy_last,
+        "plots": [ctx.rel(ctx.folder / "curves.png")],
+    }
 
 
 # -- evaluation --------------------------------------------------------------------------------------------
@@ -407,130 +441,137 @@ def _served_requests(url: str, endpoint: str = "/v1/reward") -> int:
     return sum(int(float(line[len(prefix) :])) for line in text.splitlines() if line.startswith(prefix))
 
 
-def _judged(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean judge reward (unscored answers count 0.5) and the exact-match share of sampled answers."""
-    from tiny_world.heldout import mean_reward
-    from tiny_world.synthetic_eval import normalize
+def _policy_grpo(ctx: StageContext, start: Path, prompts: Path, url: str, arm: str, funcs: Any) -> list[dict]:
+    """One policy GRPO run from the seeing policy `start` into `policy/<arm>`: rewarded by the server (`funcs`
+    None) or by `funcs` (the answer key), the same prompts, seed and steps; returns the logged history."""
+    from tiny_world.recipe import History
+    from tiny_world.seeing_policy import policy_grpo_config
+    from training.common import run_recipe
+    from training.policy import build_policy_trainer
 
-    return {
-        "reward": mean_reward(s["reward"] for s in samples),
-        "exact": sum(normalize(s["completion"]) == normalize(s["answer"]) for s in samples) / max(1, len(samples)),
-        "unscored": sum(s["reward"] is None for s in samples),
-        "samples": [
-            {"question": s["question"], "reference": s["answer"], "completion": s["completion"], "reward": s["reward"]}
-            for s in samples
-        ],
-    }
+    config = ctx.config
+    history = History()
+
+    def build(trainer_config: Any, **kwargs: Any) -> Any:
+        return build_policy_trainer(trainer_config, reward_funcs=funcs, **kwargs)
+
+    run_recipe(
+        _with_progress(build, ctx.console, f"policy GRPO ({arm})"),
+        policy_grpo_config(
+            start,
+            prompts,
+            ctx.folder / arm,
+            url,
+            max_steps=config.policy_max_steps,
+            per_device_train_batch_size=config.policy_per_device_train_batch_size,
+            num_generations=config.policy_num_generations,
+            max_completion_length=config.policy_max_completion_length,
+            learning_rate=config.policy_learning_rate,
+            beta=config.policy_beta,
+            seed=config.seed,
+        ),
+        [history.callback()],
+    )
+    return history.logs
 
 
 def policy(ctx: StageContext) -> dict[str, Any]:
-    """Serve the final judge on loopback; warm-start a tiny policy; GRPO it with the server as its reward."""
-    from eval.plots import reward_curve
-    from judge.reward_http import HttpJudgeReward
+    """Serve the final judge on loopback; build a seeing policy (its own perception warm-up, frozen tower, SFT
+    on right answers); GRPO it with the server as its reward and, beside it, with the answer key (the oracle
+    arm: what any reward could teach here). Exact answers on validation questions before and after."""
+    from eval.plots import bar_chart, curves_by_run
     from reward_server import create_app
     from reward_server.config import ServerConfig
-    from tiny_world.model import build_tiny_model
-    from tiny_world.policy_data import judge_samples, rebase_images, world_questions, write_policy_data
-    from tiny_world.recipe import TRAINER_DEFAULTS, History, sft_config
-    from training.common import run_recipe
-    from training.policy import JudgePolicyGRPOConfig, build_policy_trainer
-    from training.sft import build_sft_trainer
+    from tiny_world.policy_data import rebase_images, world_questions
+    from tiny_world.seeing_policy import OracleReward, exact_answers, train_seeing_policy
 
     config = ctx.config
-    data = ctx.folder / "data"
-    # GRPO prompts from training-split records, held-out questions from the validation split.
-    train = rebase_images(
-        world_questions(ctx.path("negatives"), ctx.path("distill"), "train"), ctx.path("negatives"), data
+    negatives, distill = ctx.path("negatives"), ctx.path("distill")
+    # GRPO prompts from training-split records, the exact-answer questions from the validation split.
+    train = rebase_images(world_questions(negatives, distill, "train"), negatives, ctx.folder / "data")
+    heldout_rows = world_questions(negatives, distill, "val")[: config.policy_heldout]
+    seeing = train_seeing_policy(
+        ctx.path("world"),
+        distill,
+        train,
+        ctx.folder,
+        size=config.policy_size,
+        seed=config.seed + 1,  # its own warm-up: its misreadings are not the judge's
+        warmup_steps=config.policy_vision_warmup_steps,
+        sft_max_steps=config.policy_sft_max_steps,
+        shaded=config.shaded,
+        correct_share=config.policy_correct_share,
+        wrap_build=lambda build: _with_progress(build, ctx.console, "policy SFT (right answers)"),
     )
-    heldout_rows = world_questions(ctx.path("negatives"), ctx.path("distill"), "val")[: config.policy_heldout]
-    files = write_policy_data(train, data, correct_share=config.policy_correct_share, seed=config.seed)
-    base = build_tiny_model(ctx.folder / "untrained", size=config.policy_size, seed=config.seed + 1)
-    warm = ctx.folder / "sft"
-    if config.policy_sft_max_steps:
-        run_recipe(  # the judge recipe's SFT settings; a tiny policy learns the answer templates in ~100 steps
-            _with_progress(build_sft_trainer, ctx.console, "policy warm-start SFT"),
-            sft_config(
-                base,
-                files["sft"],
-                warm,
-                max_steps=config.policy_sft_max_steps,
-                seed=config.seed,
-                logging_steps=min(10, config.policy_sft_max_steps),
-            ),
-        )
-    else:
-        warm = base
-    judge_batch = 2 * config.policy_per_device_train_batch_size  # one GRPO step's pairwise games in one judge batch
+
+    def measure(model: Path) -> dict[str, Any]:
+        options = dict(samples=config.policy_samples, max_new_tokens=config.policy_max_completion_length)
+        return exact_answers(model, heldout_rows, negatives, seed=config.seed, **options)
+
+    before = measure(seeing["model"])
+    swapped = exact_answers(seeing["model"], heldout_rows, negatives, samples=1, swap_images=True)
+    judge_batch = 2 * config.policy_per_device_train_batch_size  # one GRPO step's pairwise games in one batch
     judge = config.recipe().judge(ctx.out / ctx.figures("grpo")["model"], image_root=None, batch_size=judge_batch)
     app = create_app(judge, ServerConfig(port=0, max_batch_items=judge_batch, max_candidates=2))
-    history = History()
+    arms = {"judge": None, **({"oracle": [OracleReward()]} if config.policy_oracle_arm else {})}
+    logs, after, train_s = {}, {}, {}
     with serve_in_thread(app) as url:
         ctx.print(f"reward server on {url} (POST /v1/reward, pairwise against the reference answer)")
-        reward = HttpJudgeReward(url, mode="pairwise", reference_column="answer", max_options=2)
-
-        def judged(policy_model: Path) -> dict[str, Any]:
-            samples = judge_samples(
-                policy_model,
-                reward,
-                heldout_rows,
-                ctx.path("negatives"),
-                samples=config.policy_samples,
-                max_new_tokens=config.policy_max_completion_length,
-                seed=config.seed,
+        for arm, funcs in arms.items():
+            started = time.perf_counter()
+            logs[arm] = (
+                _policy_grpo(ctx, seeing["model"], seeing["prompts"], url, arm, funcs)
+                if config.policy_max_steps
+                else []
             )
-            return _judged(samples)
-
-        before = judged(warm)
-        start = time.perf_counter()
-        if config.policy_max_steps:
-            run_recipe(
-                _with_progress(build_policy_trainer, ctx.console, "policy GRPO"),
-                JudgePolicyGRPOConfig(
-                    model_name_or_path=str(warm),
-                    train_file=str(files["prompts"]),
-                    output_dir=str(ctx.folder / "grpo"),
-                    reward={"transport": "http", "url": url, "mode": "pairwise", "max_options": 2},
-                    max_steps=config.policy_max_steps,
-                    per_device_train_batch_size=config.policy_per_device_train_batch_size,
-                    num_generations=config.policy_num_generations,
-                    max_completion_length=config.policy_max_completion_length,
-                    temperature=1.0,
-                    learning_rate=config.policy_learning_rate,
-                    beta=config.policy_beta,
-                    logging_steps=1,
-                    seed=config.seed,
-                    **TRAINER_DEFAULTS,
-                ),
-                [history.callback()],
-            )
-            trained = ctx.folder / "grpo"
-        else:
-            trained = warm
-        train_s = time.perf_counter() - start
-        after = judged(trained)
+            train_s[arm] = round(time.perf_counter() - started, 1)
+            after[arm] = measure(ctx.folder / arm) if config.policy_max_steps else before
         served = _served_requests(url)
-        reward.close()
-    (ctx.folder / "history.json").write_text(json.dumps(history.logs))
-    samples = {"before": before.pop("samples"), "after": after.pop("samples")}
-    (ctx.folder / "samples.json").write_text(json.dumps(samples, indent=1))
-    plot = reward_curve(ctx.folder / "reward_curve.png", history.logs, before=before["reward"], after=after["reward"])
-    first, last = _log_stats(history.logs, "reward")
+    (ctx.folder / "history.json").write_text(json.dumps(logs))
+    answers = {"questions": [r["question"] for r in heldout_rows], "references": [r["answer"] for r in heldout_rows]}
+    samples = {"before": before["answers"], **{arm: a["answers"] for arm, a in after.items()}}
+    (ctx.folder / "samples.json").write_text(json.dumps({**answers, **samples}, indent=1))
+    gain = {arm: round(a["sampled"] - before["sampled"], 4) for arm, a in after.items()}
+    chart = bar_chart(
+        ctx.folder / "exact_answers.png",
+        {
+            "before GRPO": {"sampled": 100 * before["sampled"], "greedy": 100 * before["greedy"]},
+            **{
+                f"after GRPO ({arm} reward)": {"sampled": 100 * a["sampled"], "greedy": 100 * a["greedy"]}
+                for arm, a in after.items()
+            },
+        },
+        title=f"Policy: exact answers on {len(heldout_rows)} validation questions",
+        ylabel="exact answers (%)",
+    )
+    curves = curves_by_run(
+        ctx.folder / "reward_curve.png",
+        {f"{arm} reward": rows for arm, rows in logs.items()},
+        title="Policy GRPO: mean reward per step (judge: pairwise vs the reference; oracle: exact match)",
+    )
+    first, last = _log_stats(logs.get("judge", []), "reward")
     return {
         "server": "127.0.0.1 (loopback), POST /v1/reward, pairwise vs the reference",
         "served_requests": served,
         "prompts": len(train),
         "heldout_questions": len(heldout_rows),
+        "warmup_steps": config.policy_vision_warmup_steps,
         "sft_steps": config.policy_sft_max_steps,
         "steps": config.policy_max_steps,
-        "train_s": round(train_s, 1),
-        "reward_before": before["reward"],
-        "reward_after": after["reward"],
-        "exact_before": before["exact"],
-        "exact_after": after["exact"],
+        "train_s": train_s,
+        "exact_before": before["sampled"],
+        "exact_before_greedy": before["greedy"],
+        "exact_swapped_greedy": swapped["greedy"],
+        "exact_after": after["judge"]["sampled"],
+        "exact_after_greedy": after["judge"]["greedy"],
+        "gain": gain["judge"],
+        "oracle_exact_after": after["oracle"]["sampled"] if "oracle" in after else None,
+        "oracle_gain": gain.get("oracle"),
+        "judge_gain_ratio": round(gain["judge"] / gain["oracle"], 3) if gain.get("oracle") else None,
         "train_reward_first": first,
         "train_reward_last": last,
-        "sample_after": samples["after"][0]["completion"] if samples["after"] else None,
-        "plots": [ctx.rel(plot)],
+        "sample_after": after["judge"]["answers"]["greedy"][0] if heldout_rows else None,
+        "plots": [ctx.rel(chart), ctx.rel(curves)],
     }
 
 
@@ -630,23 +671,43 @@ STAGES: tuple[Stage, ...] = (
         lambda c: f"{c.sft_max_steps} SFT steps × batch {c.per_device_train_batch_size}",
     ),
     Stage(
+        "pool",
+        "judge GRPO's own pool: fresh records, every negative, where the SFT judge is wrong or unsure (+ as many right)",
+        ("seed", "pool_n", "judge_max_new_tokens", "eval_batch_size", "negatives_n"),
+        ("sft", "negatives"),
+        pool,
+        lambda f: (
+            "skipped (pool_n=0): GRPO trains on the SFT items"
+            if f.get("skipped")
+            else f"{f['n']} pairs from {f['records']} fresh records; the SFT judge {_fmt(f['sft_accuracy'])} on "
+            f"them; kept {f['hard']} wrong or inconsistent + {f['kept'] - f['hard']} right ({f['image_share']:.0%} "
+            f"image flaws) → {f['items']} items in both orders"
+        ),
+        lambda c: f"{c.pool_n} fresh records × {c.negatives_n} negatives, judged in both orders",
+    ),
+    Stage(
         "grpo",
-        "judge GRPO on the MC items (TRL GRPOTrainer, reward 0.9 · correct + 0.1 · format)",
+        "judge GRPO on its pool (TRL GRPOTrainer, loss grpo, reward 0.9 · correct + 0.1 · format)",
         (
             "seed",
             "grpo_max_steps",
             "grpo_learning_rate",
+            "grpo_beta",
+            "grpo_loss_type",
+            "grpo_warmup_steps",
+            "grpo_temperature",
             "num_generations",
             "per_device_train_batch_size",
             "judge_max_new_tokens",
         ),
-        ("sft", "distill", "warmup"),
+        ("sft", "pool", "warmup"),
         grpo,
         lambda f: (
             "skipped (grpo_max_steps=0)"
             if f.get("skipped")
             else f"{f['steps']} steps in {f['train_s']:.0f} s, mean reward {_fmt(f['reward_first'])} → "
-            f"{_fmt(f['reward_last'])}"
+            f"{_fmt(f['reward_last'])}, zero-variance groups {_fmt(f['frac_reward_zero_std_first'], 2)} → "
+            f"{_fmt(f['frac_reward_zero_std_last'], 2)}"
         ),
         lambda c: (
             f"{c.grpo_max_steps} GRPO steps × {c.per_device_train_batch_size // c.num_generations} prompts × "
@@ -676,10 +737,11 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "policy",
-        "reward server on loopback → policy GRPO rewarded by it (TRL GRPOTrainer)",
+        "a seeing policy, GRPO-trained with the judge behind the reward server as its reward (TRL GRPOTrainer)",
         (
             "seed",
             "policy_size",
+            "policy_vision_warmup_steps",
             "policy_sft_max_steps",
             "policy_correct_share",
             "policy_max_steps",
@@ -690,17 +752,24 @@ STAGES: tuple[Stage, ...] = (
             "policy_beta",
             "policy_heldout",
             "policy_samples",
+            "policy_oracle_arm",
             "judge_max_new_tokens",
         ),
-        ("grpo", "negatives", "distill"),
+        ("grpo", "negatives", "distill", "world"),
         policy,
         lambda f: (
-            f"{f['steps']} steps in {f['train_s']:.0f} s, {f['served_requests']} reward requests served; "
-            f"held-out reward {f['reward_before']:.3f} → {f['reward_after']:.3f}, exact answers "
-            f"{f['exact_before']:.0%} → {f['exact_after']:.0%}"
+            f"{f['steps']} steps, {f['served_requests']} reward requests served; exact answers (sampled) "
+            f"{f['exact_before']:.0%} → {f['exact_after']:.0%} with the judge's reward ({f['gain']:+.3f})"
+            + (
+                f", → {f['oracle_exact_after']:.0%} with the answer key ({f['oracle_gain']:+.3f}; judge/oracle "
+                f"{_fmt(f['judge_gain_ratio'], 2)})"
+                if f.get("oracle_gain") is not None
+                else ""
+            )
         ),
         lambda c: (
-            f"{c.policy_sft_max_steps} warm-start SFT steps, {c.policy_max_steps} GRPO steps × "
+            f"{c.policy_vision_warmup_steps} warm-up + {c.policy_sft_max_steps} SFT steps, then "
+            f"{1 + c.policy_oracle_arm} × {c.policy_max_steps} GRPO steps × "
             f"{c.policy_per_device_train_batch_size // c.policy_num_generations} prompts × {c.policy_num_generations} completions"
         ),
     ),

@@ -1,0 +1,300 @@
+"""Does a policy learn from the served judge about as well as from the answer key?
+
+A *seeing* policy (`tiny_world.seeing_policy`: its own perception warm-up, frozen tower, SFT on right
+answers) is trained by TRL GRPO in four arms from the same start, with the same prompts, seeds and steps:
+
+- `oracle`: exact match to the reference (the answer key; the most any reward can teach here);
+- `judge`: the judge behind the real reward server on loopback, pairwise against the reference, as users
+  run it (`POST /v1/reward`, `judge.reward_http`);
+- `judge_listwise`: the same server, no reference: a prompt's completions judged together;
+- `random`: uniform noise, independent of the text (what no signal does).
+
+Before and after each arm: exact answers to every validation question, greedy and sampled (4 per question,
+temperature 1). `gain` is the sampled share's rise (what GRPO optimises: the expected exact answer at the
+policy's own temperature), `gain_greedy` the greedy one's; intervals are paired bootstraps over questions.
+`judge_gain_ratio` = judge gain / oracle gain. On the policy's own samples (first and last): how often the
+judge agrees with the answer key (a wrong answer rewarded below one half, a right one at one half or above)
+and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference).
+Choices (steps, learning rate) are made with `--report dev` (training-split questions held back from the
+policy's SFT and GRPO); the validation split that is reported is never looked at for them.
+
+    python benchmarks/judge_as_reward.py --out runs/judge_as_reward                 # trains a judge first
+    python benchmarks/judge_as_reward.py --demo runs/demo --out runs/judge_as_reward  # the demo's world and judge
+    python benchmarks/judge_as_reward.py --demo runs/demo --judge runs/demo/sft/model --arms oracle,judge
+
+Prints one JSON line; writes `exact.png` (exact answers before and after each arm) and `rewards.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reward_server.background import serve_in_thread  # noqa: E402
+from tiny_world.demo.config import DemoConfig  # noqa: E402
+from tiny_world.demo.runner import demo_judge, demo_recipe, run_stages  # noqa: E402
+from tiny_world.policy_data import rebase_images, world_questions  # noqa: E402
+from tiny_world.recipe import History  # noqa: E402
+from tiny_world.seeing_policy import (  # noqa: E402
+    OracleReward,
+    RandomReward,
+    exact_answers,
+    policy_grpo_config,
+    train_seeing_policy,
+)
+
+ARMS = ("oracle", "judge", "judge_listwise", "random")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/judge_as_reward"))
+    parser.add_argument("--demo", type=Path, help="a demo folder with its world and judge (default: train one)")
+    parser.add_argument("--judge", type=Path, help="the judge model (default: the demo's grpo/model)")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"arms to run, comma-separated ({', '.join(ARMS)})")
+    parser.add_argument("--report", choices=("val", "dev"), default="val", help="the questions figures are on")
+    parser.add_argument("--dev-fraction", type=float, default=0.1, help="training questions held back for choices")
+    parser.add_argument("--policy-seed", type=int, default=1, help="the policy's own seed (warm-up, SFT)")
+    parser.add_argument("--warmup-steps", type=int, default=600, help="policy perception warm-up steps")
+    parser.add_argument("--sft-max-steps", type=int, default=800, help="policy SFT steps on right answers")
+    parser.add_argument("--max-steps", type=int, default=600, help="GRPO steps per arm")
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--beta", type=float, default=0.04)
+    parser.add_argument("--num-generations", type=int, default=4)
+    parser.add_argument("--per-device-train-batch-size", type=int, default=16)
+    parser.add_argument("--max-completion-length", type=int, default=24)
+    parser.add_argument("--samples", type=int, default=4, help="sampled answers per question in the evaluation")
+    parser.add_argument("--agreement-questions", type=int, default=64, help="questions whose samples the judge scores")
+    parser.add_argument("--seed", type=int, default=0, help="GRPO and sampling seed (the same for every arm)")
+    parser.add_argument("--bootstrap", type=int, default=2000)
+    return parser.parse_args(argv)
+
+
+def bootstrap(before: list[float], after: list[float], resamples: int, seed: int) -> tuple[float, float]:
+    """95 % interval of mean(after − before), resampling questions."""
+    diffs = [a - b for a, b in zip(after, before)]
+    n, rng = len(diffs), random.Random(seed)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    return round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)
+
+
+def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, image_root: Path) -> dict[str, Any]:
+    """The judge's pairwise rewards on the policy's own sampled answers, against the answer key."""
+    from judge.images import load_image
+    from tiny_world.synthetic_eval import normalize
+
+    completions, answers, images = [], [], []
+    for row, group in zip(rows, samples["answers"]["sampled"]):
+        image = load_image(row["image"], image_root)
+        for text in group:
+            completions.append(text)
+            answers.append(row["answer"])
+            images.append(image)
+    rewards = reward(prompts=[""] * len(completions), completions=completions, image=images, answer=answers)
+    right = [normalize(c) == normalize(a) for c, a in zip(completions, answers)]
+    scored = [(r, ok) for r, ok in zip(rewards, right) if r is not None]
+    wrong = [r for r, ok in scored if not ok]
+    return {
+        "agreement": round(sum((r >= 0.5) == ok for r, ok in scored) / len(scored), 4) if scored else None,
+        "overpaid": round(sum(r > 0.5 for r in wrong) / len(wrong), 4) if wrong else None,
+        "unscored": len(rewards) - len(scored),
+        "wrong_share": round(1 - sum(right) / max(1, len(right)), 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from judge.reward_http import HttpJudgeReward
+    from reward_server import create_app
+    from reward_server.config import ServerConfig
+    from training.common import run_recipe
+    from training.policy import build_policy_trainer
+
+    args = parse_args(argv)
+    began = time.perf_counter()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        raise SystemExit(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
+    demo = args.demo
+    if demo is None:  # the demo's judge recipe up to its GRPO stage, in the benchmark's own folder (resumable)
+        demo = out / "demo"
+        run_stages(DemoConfig(), demo, until="grpo")
+    judge_model = args.judge or demo_judge(demo)
+    recipe = demo_recipe(demo)
+
+    negatives, distill = demo / "negatives", demo / "distill"
+    data = out / "policy" / "data"
+    train = rebase_images(world_questions(negatives, distill, "train"), negatives, data)
+    rng = random.Random(f"{args.seed}:dev")
+    dev_ids = set(rng.sample([r["id"] for r in train], round(args.dev_fraction * len(train))))
+    report_rows = (
+        world_questions(negatives, distill, "val")
+        if args.report == "val"
+        else [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
+    )
+    train = [r for r in train if r["id"] not in dev_ids]
+    key = {"demo": str(demo.resolve()), "seed": args.policy_seed, "warmup_steps": args.warmup_steps}
+    key.update(sft_max_steps=args.sft_max_steps, dev_fraction=args.dev_fraction, dev_seed=args.seed)
+    record = out / "policy" / "seeing.json"
+    if record.is_file() and json.loads(record.read_text())["key"] == key:  # the same seeing policy: reuse it
+        policy = {
+            k: Path(v) if k in ("model", "prompts") else v for k, v in json.loads(record.read_text())["policy"].items()
+        }
+    else:
+        policy = train_seeing_policy(
+            demo / "world",
+            distill,
+            train,
+            out / "policy",
+            seed=args.policy_seed,
+            warmup_steps=args.warmup_steps,
+            sft_max_steps=args.sft_max_steps,
+            shaded=recipe.shaded,
+        )
+        plain = {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()}
+        record.write_text(json.dumps({"key": key, "policy": plain}))
+    start_model = policy["model"]
+    evaluate = dict(samples=args.samples, max_new_tokens=args.max_completion_length, seed=args.seed)
+    before = exact_answers(start_model, report_rows, negatives, **evaluate)
+    swapped = exact_answers(start_model, report_rows, negatives, **evaluate, swap_images=True)
+    print(
+        f"seeing policy: exact greedy {before['greedy']}, sampled {before['sampled']} "
+        f"(swapped pictures: {swapped['greedy']}); {policy}",
+        file=sys.stderr,
+    )
+
+    judge = recipe.judge(judge_model, image_root=None, batch_size=2 * args.per_device_train_batch_size)
+    app = create_app(
+        judge, ServerConfig(port=0, max_batch_items=2 * args.per_device_train_batch_size, max_candidates=8)
+    )
+    results: dict[str, Any] = {}
+    histories: dict[str, list[dict[str, Any]]] = {}
+    agree_rows = report_rows[: args.agreement_questions]
+    with serve_in_thread(app) as url:
+        pairwise = HttpJudgeReward(url, mode="pairwise", reference_column="answer", max_options=2)
+        agree_start = agreement(
+            exact_answers(start_model, agree_rows, negatives, **evaluate), agree_rows, pairwise, negatives
+        )
+        rewards = {
+            "oracle": [OracleReward()],
+            "random": [RandomReward(args.seed)],
+            "judge": None,  # the config's own reward: the server, pairwise against the reference
+            "judge_listwise": None,
+        }
+        for arm in arms:
+            config = policy_grpo_config(
+                start_model,
+                policy["prompts"],
+                out / "arms" / arm,
+                url,
+                listwise=arm == "judge_listwise",
+                max_steps=args.max_steps,
+                per_device_train_batch_size=args.per_device_train_batch_size,
+                num_generations=args.num_generations,
+                max_completion_length=args.max_completion_length,
+                learning_rate=args.learning_rate,
+                beta=args.beta,
+                seed=args.seed,
+            )
+            history = History()
+            arm_start = time.perf_counter()
+
+            def build(config: Any, _funcs: Any = rewards[arm], **kwargs: Any) -> Any:
+                return build_policy_trainer(config, reward_funcs=_funcs, **kwargs)
+
+            run_recipe(build, config, [history.callback()])
+            after = exact_answers(out / "arms" / arm, report_rows, negatives, **evaluate)
+            low, high = bootstrap(
+                before["per_question"]["sampled"], after["per_question"]["sampled"], args.bootstrap, args.seed
+            )
+            results[arm] = {
+                "exact_after": after["sampled"],
+                "exact_after_greedy": after["greedy"],
+                "gain": round(after["sampled"] - before["sampled"], 4),
+                "gain_greedy": round(after["greedy"] - before["greedy"], 4),
+                "gain_ci95": (low, high),
+                "train_s": round(time.perf_counter() - arm_start, 1),
+            }
+            if arm == "judge":
+                results[arm]["agree_end"] = agreement(
+                    exact_answers(out / "arms" / arm, agree_rows, negatives, **evaluate),
+                    agree_rows,
+                    pairwise,
+                    negatives,
+                )
+            histories[arm] = history.logs
+            print(f"{arm}: {results[arm]}", file=sys.stderr)
+        pairwise.close()
+
+    oracle_gain = results.get("oracle", {}).get("gain")
+    judge_gain = results.get("judge", {}).get("gain")
+    agree_end = results.get("judge", {}).pop("agree_end", None)
+    result = {
+        "benchmark": "judge_as_reward",
+        "report_set": args.report,
+        "questions": len(report_rows),
+        "exact_before": before["sampled"],
+        "exact_before_greedy": before["greedy"],
+        "exact_before_swapped_greedy": swapped["greedy"],
+        "exact_after": {arm: r["exact_after"] for arm, r in results.items()},
+        "exact_after_greedy": {arm: r["exact_after_greedy"] for arm, r in results.items()},
+        "gain": {arm: r["gain"] for arm, r in results.items()},
+        "gain_greedy": {arm: r["gain_greedy"] for arm, r in results.items()},
+        "gain_ci95_low": {arm: r["gain_ci95"][0] for arm, r in results.items()},
+        "gain_ci95_high": {arm: r["gain_ci95"][1] for arm, r in results.items()},
+        "judge_gain_ratio": (round(judge_gain / oracle_gain, 3) if judge_gain is not None and oracle_gain else None),
+        "agreement_start": agree_start["agreement"],
+        "agreement_end": agree_end["agreement"] if agree_end else None,
+        "judge_overpaid_start": agree_start["overpaid"],
+        "judge_overpaid_end": agree_end["overpaid"] if agree_end else None,
+        "policy": {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()},
+        "judge_model": str(judge_model),
+        "grpo": {
+            "max_steps": args.max_steps,
+            "learning_rate": args.learning_rate,
+            "beta": args.beta,
+            "num_generations": args.num_generations,
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "train_s": {arm: r["train_s"] for arm, r in results.items()},
+        },
+        "wall_s": round(time.perf_counter() - began, 1),
+    }
+    (out / "history.json").write_text(json.dumps(histories))
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    _plots(out, result, histories)
+    print(json.dumps(result))
+    return result
+
+
+def _plots(out: Path, result: dict[str, Any], histories: dict[str, list[dict[str, Any]]]) -> None:
+    from eval.plots import bar_chart, curves_by_run
+
+    bar_chart(
+        out / "exact.png",
+        {
+            "sampled": {
+                "start": 100 * result["exact_before"],
+                **{a: 100 * v for a, v in result["exact_after"].items()},
+            },
+            "greedy": {
+                "start": 100 * result["exact_before_greedy"],
+                **{a: 100 * v for a, v in result["exact_after_greedy"].items()},
+            },
+        },
+        title=f"Exact answers on {result['questions']} {result['report_set']} questions, by reward arm",
+        ylabel="%",
+    )
+    curves_by_run(out / "rewards.png", histories, title="Policy GRPO: mean reward per step, by arm")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The two RL benchmarks end to end on a quick demo's world and judges: every arm runs and the JSON line
+carries the keys the issue asks for (the figures themselves are docs/learning.md's, on real budgets)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+    from tiny_world.demo.config import load_demo_config
+    from tiny_world.demo.runner import run_stages
+
+    out = tmp_path_factory.mktemp("rl") / "demo"
+    run_stages(load_demo_config(quick=True), out, until="grpo")
+    return out
+
+
+@pytest.mark.slow
+def test_judge_grpo_gain_runs_every_arm(quick_demo, tmp_path):
+    result = _benchmark("judge_grpo_gain").main(
+        ["--demo", str(quick_demo), "--out", str(tmp_path / "gain"), "--seeds", "0,1", "--pool-n", "30"]
+        + ["--heldout-n", "12", "--grpo-max-steps", "1", "--num-generations", "2"]
+        + ["--per-device-train-batch-size", "4", "--bootstrap", "50"]
+    )
+    for key in ("heldout_sft", "heldout_grpo", "heldout_sft_more", "grpo_gain", "grpo_gain_ci95_low"):
+        assert key in result, key
+    for key in ("image_flaws_grpo", "text_flaws_sft", "consistency_grpo", "frac_reward_zero_std_first", "wall_s"):
+        assert key in result, key
+    assert set(result["pool"]) >= {"n", "sft_accuracy", "kept", "image_share"} and result["seeds"] == [0, 1]
+    assert result["grpo_gain_ci95_low"] <= result["grpo_gain"] <= result["grpo_gain_ci95_high"]
+    assert result["grpo"]["loss_type"] == "grpo" and result["sft_more"]["train_s"] > 0
+    assert (tmp_path / "gain" / "gain.png").is_file() and (tmp_path / "gain" / "curves.png").is_file()
+
+
+@pytest.mark.slow
+def test_judge_as_reward_runs_every_arm(quick_demo, tmp_path):
+    result = _benchmark("judge_as_reward").main(
+        ["--demo", str(quick_demo), "--out", str(tmp_path / "policy"), "--warmup-steps", "2", "--sft-max-steps", "2"]
+        + ["--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size", "4", "--samples", "2"]
+        + ["--agreement-questions", "2", "--bootstrap", "50"]
+    )
+    arms = {"oracle", "judge", "judge_listwise", "random"}
+    for key in ("exact_after", "gain", "gain_ci95_low", "gain_ci95_high"):
+        assert set(result[key]) == arms, key
+    for key in ("exact_before", "judge_gain_ratio", "agreement_start", "judge_overpaid_end", "wall_s"):
+        assert key in result, key
+    assert (tmp_path / "policy" / "exact.png").is_file() and (tmp_path / "policy" / "rewards.png").is_file()

@@ -1,0 +1,53 @@
+"""The seeing policy and the reward arms it is measured with: each arm's reward is what it claims, and the
+policy's answers depend on its picture."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiny_world.seeing_policy import OracleReward, RandomReward, exact_answers, train_seeing_policy
+
+
+def test_oracle_is_exact_match_to_the_reference():
+    oracle = OracleReward()
+    completions = [
+        "The circle is red.",
+        " the circle is  RED ",  # case, spacing and the final full stop do not count
+        "The circle is blue.",
+        [{"role": "assistant", "content": "The circle is red."}],  # TRL's conversational completions
+    ]
+    rewards = oracle(prompts=[""] * 4, completions=completions, answer=["The circle is red."] * 4)
+    assert rewards == [1.0, 1.0, 0.0, 1.0]
+    assert oracle.__name__ == "oracle"
+
+
+def test_random_reward_does_not_read_the_text():
+    texts = ["The circle is red.", "The circle is blue.", "", "x" * 50]
+    a, b = RandomReward(seed=3), RandomReward(seed=3)
+    first = a(prompts=[""] * 4, completions=texts)
+    second = b(prompts=[""] * 4, completions=["other"] * 4)  # other texts, same draw
+    assert first == second and len(set(first)) == 4 and all(0 <= r < 1 for r in first)
+    assert RandomReward(seed=4)(prompts=[""] * 4, completions=texts) != first
+
+
+@pytest.mark.slow
+def test_seeing_policy_answers_depend_on_its_picture(tmp_path):
+    """A policy trained by the seeing recipe changes its answers when shown another question's picture (a
+    blind one, trained end to end without the warm-up, gives the same answer whatever the picture)."""
+    from data_synthesis.pipeline import run_negatives
+    from tiny_world.policy_data import rebase_images, world_questions
+    from tiny_world.recipe import distill_judge_data, write_kind_world
+
+    data = tmp_path / "data"
+    write_kind_world(tmp_path / "world", data, kinds=["attribute", "count"], n=80, seed=0, image_size=84, shaded=True)
+    run_negatives(data, data, generator="scene", n=2, seed=0, show_progress=False)
+    distill_judge_data(data, data, val_fraction=0.25, seed=0)
+    train = rebase_images(world_questions(data, data, "train"), data, tmp_path / "policy" / "data")
+    policy = train_seeing_policy(data, data, train, tmp_path / "policy", warmup_steps=60, sft_max_steps=80, seed=1)
+    rows = world_questions(data, data, "val")[:24]
+    own = exact_answers(policy["model"], rows, data, samples=1)
+    swapped = exact_answers(policy["model"], rows, data, samples=1, swap_images=True)
+    changed = sum(a != b for a, b in zip(own["answers"]["greedy"], swapped["answers"]["greedy"]))
+    # 6 of 24 change at this budget (the demo's blind policy: 0 of 200); a blind one changes none.
+    assert changed >= 4, (own["answers"]["greedy"], swapped["answers"]["greedy"])
+    assert 0 <= own["greedy"] <= 1 and len(own["per_question"]["sampled"]) == len(rows)
