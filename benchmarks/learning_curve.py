@@ -83,13 +83,16 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[argparse.Namespace, Tin
     for name in (
         "world_n", "image_size", "negatives_n", "max_options", "describe_share", "val_fraction", "sft_max_steps",
         "sft_learning_rate", "per_device_train_batch_size", "grpo_max_steps", "grpo_learning_rate", "num_generations",
-        "vision_warmup_steps", "seed",
+        "grpo_beta", "grpo_loss_type", "grpo_warmup_steps", "grpo_temperature", "vision_warmup_steps", "seed",
     ):  # fmt: skip
         default = getattr(RECIPE, name)
         old = [f"--{o.replace('_', '-')}" for o, new in RENAMED.items() if new == name]  # the old spellings still work
         parser.add_argument(f"--{name.replace('_', '-')}", *old, type=type(default), default=default, help=HELP[name])
     args = parser.parse_args(argv)
-    values = {f.name: getattr(args, f.name) for f in fields(TinyJudgeRecipe) if f.name != "kinds"}
+    # pool_n is the demo's (its GRPO pool); this benchmark's GRPO trains on the SFT world's own items
+    values = {
+        f.name: getattr(args, f.name, getattr(RECIPE, f.name)) for f in fields(TinyJudgeRecipe) if f.name != "kinds"
+    }
     return args, TinyJudgeRecipe(kinds=args.kinds.split(","), **values)
 
 

@@ -17,7 +17,7 @@ from benchmarks.workers import run_benchmark
 def test_learning_benchmark_prints_its_figures_and_saves_the_curves(tmp_path):
     out = tmp_path / "lc"
     budgets = "--world-n 60 --val-fraction 0.25 --heldout-n 8 --vision-warmup-steps 2 --sft-steps 4 --grpo-steps 2"
-    budgets += " --batch-size 4"
+    budgets += " --batch-size 4 --num-generations 2"
     result = run_benchmark("learning_curve.py", "--out", str(out), *budgets.split(), timeout=280)
     for key in ("heldout_accuracy", "order_consistency", "sft_accuracy", "untrained_accuracy", "wall_s"):
         assert 0 <= result[key] <= (1 if key != "wall_s" else 280), key
