@@ -28,8 +28,8 @@ from judge.images import PixelRange, fit_pixels, fitted_size, open_header
 from judge.judging import Judge, JudgeConfig
 from judge.models import load_model, load_processor, set_pixel_range
 from judge.reward_http import HttpJudgeReward
-from judge.reward_wire import RewardRefused
 from judge.reward_scoring import RewardRequest, compute_rewards
+from judge.reward_wire import RewardRefused
 from judge.types import MCItem
 from reward_server import ServerConfig, create_app
 from reward_server.background import serve_in_thread
