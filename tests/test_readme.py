@@ -41,7 +41,10 @@ RUN: list[str] = [
 """Commands CI runs (regular expressions over the command with `.venv/bin/` dropped)."""
 
 SKIP: list[tuple[str, str]] = [
-    (r"make demo", "the full demo takes about 20 minutes (docs/demo.md); tests/tiny_world/test_demo.py runs each stage (--quick)"),
+    (
+        r"make demo",
+        "the full demo takes about 20 minutes (docs/demo.md); tests/tiny_world/test_demo.py runs each stage (--quick)",
+    ),
     (r"make (test|lint)", "that is this test suite and its lint"),
     (r"mrjudge demo\b.*", "tests/tiny_world/test_demo.py runs the demo through the CLI with --quick"),
     (r".*https?://.*", "needs a model server (vllm serve, mrjudge serve) or the internet"),
