@@ -41,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.workers import paired_bootstrap  # noqa: E402
 from reward_server.background import serve_in_thread  # noqa: E402
 from tiny_world.demo.config import DemoConfig  # noqa: E402
 from tiny_world.demo.runner import demo_judge, demo_recipe, run_stages  # noqa: E402
@@ -79,14 +80,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="GRPO and sampling seed (the same for every arm)")
     parser.add_argument("--bootstrap", type=int, default=2000)
     return parser.parse_args(argv)
-
-
-def bootstrap(before: list[float], after: list[float], resamples: int, seed: int) -> tuple[float, float]:
-    """95 % interval of mean(after − before), resampling questions."""
-    diffs = [a - b for a, b in zip(after, before)]
-    n, rng = len(diffs), random.Random(seed)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)
 
 
 def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, image_root: Path) -> dict[str, Any]:
@@ -217,8 +210,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
             run_recipe(build, config, [history.callback()])
             after = exact_answers(out / "arms" / arm, report_rows, negatives, **evaluate)
-            low, high = bootstrap(
-                before["per_question"]["sampled"], after["per_question"]["sampled"], args.bootstrap, args.seed
+            low, high = paired_bootstrap(
+                before["per_question"]["sampled"], [after["per_question"]["sampled"]], args.bootstrap, args.seed
             )
             results[arm] = {
                 "exact_after": after["sampled"],

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.workers import paired_bootstrap  # noqa: E402
 from jobs.jsonl import read_jsonl  # noqa: E402
 from tiny_world.demo.config import DemoConfig  # noqa: E402
 from tiny_world.demo.runner import demo_judge, demo_recipe, run_stages  # noqa: E402
@@ -141,15 +141,6 @@ def figures_of(pairs: list[Any], verdicts: list[Any]) -> dict[str, Any]:
         "consistency": round(scored["consistency"], 4),
         "per_kind": scored["per_kind"],
     }
-
-
-def paired_bootstrap(base: list[float], arms: list[list[float]], resamples: int, seed: int) -> tuple[float, float]:
-    """95 % interval of mean(arm − base) over pairs and arms, resampling pairs (the same draw for every arm)."""
-    n = len(base)
-    diffs = [sum(arm[i] for arm in arms) / len(arms) - base[i] for i in range(n)]
-    rng = random.Random(seed)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)
 
 
 def first_last(logs: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:

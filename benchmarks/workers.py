@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,12 @@ def qwen2_lm_config(
     )
     config._attn_implementation = "sdpa"
     return config
+
+
+def paired_bootstrap(base: list[float], arms: list[list[float]], resamples: int, seed: int) -> tuple[float, float]:
+    """95 % interval of mean(arm − base) over pairs and arms, resampling pairs (the same draw for every arm)."""
+    n = len(base)
+    diffs = [sum(arm[i] for arm in arms) / len(arms) - base[i] for i in range(n)]
+    rng = random.Random(seed)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    return round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)
