@@ -1,14 +1,29 @@
-"""Load on the reward server over loopback: dynamic batching vs none, then a fault run.
+"""Load on the reward server over loopback: how near the judge's own limit it gets, batching vs none, faults.
 
-1. Throughput: `--clients` concurrent clients post `/v1/reward` (two responses and a small image: one MC
-   item, two display orders) for `--duration` seconds to `mrjudge serve` over an untrained tiny
-   Qwen2.5-VL (transformers backend, `--max-new-tokens` per call), once with dynamic batching and once
-   with `--no-batching`. Judgments/s is answered MC items per second; latency is per request.
+1. Throughput, equal work: every judge call generates exactly `--max-new-tokens` tokens (`min_new_tokens` in
+   the served tiny Qwen2.5-VL's generation config, transformers backend), each request two responses and a
+   small image (one MC item, two display orders).
+   - Near the limit: the judge `mrjudge serve` builds from the same flags (`mrjudge.serve_cmd.served_judge`)
+     runs in this process, the same requests in batches of `--max-batch-items` through `compute_rewards`
+     (what the server's batch worker runs; requests read and images decoded as the server does), against
+     the server loaded by `--saturation-clients` closed-loop clients (default 2 x max-batch-items, so a full
+     batch always waits), in three alternating windows of `--duration / 3` s each so that other work on the
+     machine weighs on both alike. `server_efficiency` = server_judgments_per_s / inprocess_judgments_per_s;
+     `server_cpu_efficiency` compares judgments per CPU-second of each process (what the HTTP front costs,
+     whatever share of the cores the machine leaves); `server_mean_batch_requests` and
+     `server_judge_busy_frac` (from the answers' timings) say whether batches were full and the judge busy.
+   - Batching: `--clients` clients for `--duration` s with dynamic batching, then with `--no-batching`.
+   Judgments/s is answered MC items per second; latency is per request. The clients speak plain HTTP/1.1 on
+   kept-alive sockets: httpx cost ~7 ms of CPU a request on the cores the server needs (it, not the server,
+   capped the load at ~50 requests/s); `server_client_cpu_s_per_s` reports what they use now.
 2. Faults: `--fault-requests` requests (10 % bad: invalid base64, truncated JSON, wrong types, oversized
    image, decompression bomb, 100 candidates, missing or wrong key) to a server with an API key whose
    judge is an instant rule backend defined here, so the run measures the server and not the model.
    Every bad request must get a 4xx, every good one a 200; the server's RSS (VmRSS of the subprocess)
-   is compared before and after.
+   is compared before and after. The server logs at `mrjudge serve`'s default level (info) to a file:
+   `fault_log_lines` counts the lines it wrote from the timed run's start to its exit, and
+   `refused_log_lines_per_1000` per 1,000 bad requests (refusals and unscored samples are summarised, at
+   most a line per reason per `log_interval_s`, never a line each).
 3. Hostile: the same instant judge (plus `--judge-delay-ms` per backend call) at default limits, good
    clients alone for `--hostile-duration` s, then good clients with `--hostile-clients` hostile ones for as
    long: bomb-like images (8 one-bit 16-megapixel PNGs), a 200-query `/get_reward` (19,900 items), lone
@@ -20,11 +35,13 @@
    exit with all of it still running (`shutdown_grace_s` 5).
 
     python benchmarks/server_load.py [--duration 20] [--clients 32] [--fault-requests 10000] [--max-new-tokens 16]
+    python benchmarks/server_load.py --skip-faults --skip-hostile --duration 12   # the near-the-limit figures only
     python benchmarks/server_load.py --skip-throughput --skip-faults --hostile-duration 10   # the hostile run
 
-Run time: the bare run took 219 s under load (7 agents on 2 cores; load average 0.6-3.6 while it ran): two
-20 s throughput runs and two 20 s hostile phases, each with its server's start, and the 10,000-request fault
-run at 135 requests/s. Prints one JSON line.
+Every server's stderr goes to a file (`start_server`), never a pipe nobody drains. Run time: the bare run took
+262 s on 2 shared cores (load average 1.8-5.3): the 20 s efficiency run and two 20 s throughput runs, each with
+its server's start, the 10,000-request fault run at 120 requests/s, and two 20 s hostile phases. Prints one
+JSON line.
 """
 
 from __future__ import annotations
@@ -96,8 +113,8 @@ class InstantRuleBackend:
 
 def serve_instant(port: int, hostile: bool = False, delay_ms: float = 0.0) -> None:
     """The fault and hostile runs' server (runs in a subprocess so its RSS is its own), as `mrjudge serve`
-    runs it. The fault run tightens two limits; the hostile run keeps the defaults but a short body
-    deadline and shutdown grace (so the run is short)."""
+    runs it, logging at its default level (info). The fault run tightens two limits; the hostile run keeps
+    the defaults but a short body deadline and shutdown grace (so the run is short)."""
     from judge.judging import Judge, JudgeConfig
     from reward_server import ServerConfig, create_app
     from reward_server.run import run_server
@@ -107,7 +124,7 @@ def serve_instant(port: int, hostile: bool = False, delay_ms: float = 0.0) -> No
     else:
         config = ServerConfig(port=port, api_key=KEY, max_image_bytes=256 * 1024, max_body_bytes=2 * 2**20)
     judge = Judge(InstantRuleBackend(delay_ms / 1000), JudgeConfig(orders=2, batch_size=64, max_pixels=1_003_520))
-    run_server(create_app(judge, config), config, log_level="critical")
+    run_server(create_app(judge, config), config, log_level="info")
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
@@ -131,6 +148,12 @@ def png_claiming(width: int, height: int) -> bytes:
     )
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{field}:"):
@@ -139,11 +162,15 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
 
 
 def start_server(command: list[str], port: int, timeout_s: float = 300) -> subprocess.Popen:
-    # stderr goes to a file, not a pipe: nobody reads a pipe while the load runs, and a server that logs a line
-    # per request (`/get_reward`'s unscored samples) blocks once 64 KB of them fill it (the fault run stalled
-    # between 1,000 and 2,000 requests).
+    """Start a server and wait for its `/health`; its stderr goes to a file, `process.log` (`log_lines`).
+
+    Not a pipe: nobody reads a pipe while the load runs, and a server that once logged a line per refused
+    request (and per unscored `/get_reward` sample) blocked once 64 KB of them filled it (the fault run
+    stalled between 1,000 and 2,000 requests). The server now summarises them (`reward_server.log_summary`);
+    the fault run counts the lines it still writes."""
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    process.log = log  # type: ignore[attr-defined]
     deadline = time.monotonic() + timeout_s
     while True:
         if process.poll() is not None:
@@ -158,6 +185,16 @@ def start_server(command: list[str], port: int, timeout_s: float = 300) -> subpr
             process.kill()
             raise RuntimeError("server did not come up")
         time.sleep(0.2)
+
+
+def log_text(process: subprocess.Popen) -> str:
+    """What the server has written to stderr so far (read with `pread`: the offset is shared with the server)."""
+    fd = process.log.fileno()  # type: ignore[attr-defined]
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+
+def log_lines(process: subprocess.Popen) -> int:
+    return log_text(process).count("\n")
 
 
 def stop_server(process: subprocess.Popen) -> None:
@@ -178,60 +215,180 @@ def percentile(values: list[float], q: float) -> float:
 # -- throughput --------------------------------------------------------------------------------------------
 
 
-async def load(base: str, clients: int, duration_s: float, image: str) -> dict:
-    """`clients` closed-loop clients for `duration_s`; returns answered items/s, latencies and errors."""
-    latencies: list[float] = []
-    errors = 0
-    stop_at = time.perf_counter() + duration_s
+def reward_body(c: int, n: int, image: str) -> dict:
+    """Client `c`'s `n`-th `/v1/reward` body: two responses to one question about `image` (one MC item)."""
+    return {
+        "prompt": "What colour is the image?",
+        "images": [image],
+        "responses": [f"It is colour {c}-{n}.", f"It is not colour {c}-{n}."],
+    }
 
-    async def client(c: int, http: httpx.AsyncClient) -> None:
+
+async def post_raw(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, body: bytes) -> tuple:
+    """One POST on a kept-alive connection, as plain bytes: (status, body). The throughput clients share two
+    cores with the server, and httpx spent ~7 ms of CPU a request there (the client, not the server, capped
+    the load at ~50 requests/s); this costs a tenth of that."""
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))
+    return status, await reader.readexactly(length)
+
+
+async def load(base: str, clients: int, duration_s: float, image: str) -> dict:
+    """`clients` closed-loop clients (one kept-alive connection each) for `duration_s`; returns answered items/s,
+    latencies, errors, the client's own CPU, and from the answers' timings how busy the judge was
+    (`judge_busy_s`) and how many requests its batches held."""
+    latencies: list[float] = []
+    batch_shares: list[tuple[float, int]] = []  # per answer: (its batch's judge_ms, requests in that batch)
+    errors = 0
+    host, port = base.removeprefix("http://").split(":")
+    stop_at = 0.0
+
+    async def client(c: int) -> None:
         nonlocal errors
         n = 0
-        while time.perf_counter() < stop_at:
-            body = {
-                "prompt": "What colour is the image?",
-                "images": [image],
-                "responses": [f"It is colour {c}-{n}.", f"It is not colour {c}-{n}."],
-            }
-            start = time.perf_counter()
-            try:
-                response = await http.post("/v1/reward", json=body)
-                ok = response.status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            if ok:
-                latencies.append(1000 * (time.perf_counter() - start))
-            else:
-                errors += 1
-            n += 1
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while time.perf_counter() < stop_at:
+                body = json.dumps(reward_body(c, n, image)).encode()
+                start = time.perf_counter()
+                try:
+                    status, answer = await post_raw(reader, writer, "/v1/reward", body)
+                except (OSError, asyncio.IncompleteReadError, ValueError, AttributeError):
+                    errors += 1
+                    return
+                if status == 200:
+                    latencies.append(1000 * (time.perf_counter() - start))
+                    timing = json.loads(answer)["timing"]
+                    batch_shares.append((timing["judge_ms"], timing["batch_requests"]))
+                else:
+                    errors += 1
+                n += 1
+        finally:
+            writer.close()
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=base, timeout=600) as http:
         for _ in range(2):  # warm-up: first-call allocations and lazy vocab scans
             await http.post("/v1/reward", json={"prompt": "Q?", "images": [image], "responses": ["a", "b"]})
-        begin = time.perf_counter()
-        await asyncio.gather(*(client(c, http) for c in range(clients)))
-        elapsed = time.perf_counter() - begin
+    begin, cpu = time.perf_counter(), time.process_time()
+    stop_at = begin + duration_s
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    elapsed, client_cpu = time.perf_counter() - begin, time.process_time() - cpu
+    batches = sum(1 / size for _, size in batch_shares)
     return {
         "judgments_per_s": len(latencies) / elapsed,
         "p50_ms": percentile(latencies, 0.5),
         "p99_ms": percentile(latencies, 0.99),
         "errors": errors,
         "answered": len(latencies),
+        "seconds": elapsed,
+        "judge_busy_s": sum(ms / size for ms, size in batch_shares) / 1000,
+        "mean_batch_requests": len(batch_shares) / batches if batches else 0.0,
+        "client_cpu_s": client_cpu,
     }
 
 
-def throughput_run(model_dir: str, args: argparse.Namespace, batching: bool) -> dict:
-    port = free_port()
-    command = [sys.executable, "-m", "mrjudge.cli", "serve", "--model", model_dir, "--device", "cpu"]
-    command += ["--port", str(port), "--max-new-tokens", str(args.max_new_tokens), "--log-level", "error"]
+def serve_args(model_dir: str, args: argparse.Namespace, port: int, batching: bool) -> list[str]:
+    """`mrjudge serve`'s arguments for a throughput run (the in-process run builds its judge from the same)."""
+    command = ["serve", "--model", model_dir, "--device", "cpu", "--port", str(port)]
+    command += ["--max-new-tokens", str(args.max_new_tokens), "--log-level", "error"]
     command += ["--max-batch-items", str(args.max_batch_items), "--max-wait-ms", str(args.max_wait_ms)]
-    command += ["--request-timeout-s", "600"] + ([] if batching else ["--no-batching"])
-    process = start_server(command, port)
+    return command + ["--request-timeout-s", "600"] + ([] if batching else ["--no-batching"])
+
+
+def throughput_run(model_dir: str, args: argparse.Namespace, batching: bool, clients: list[int]) -> list[dict]:
+    """One server, loaded by each number of `clients` in turn for `--duration` s."""
+    port = free_port()
+    process = start_server([sys.executable, "-m", "mrjudge.cli", *serve_args(model_dir, args, port, batching)], port)
     try:
-        return asyncio.run(load(f"http://127.0.0.1:{port}", args.clients, args.duration, data_url(56, 0)))
+        return [asyncio.run(load(f"http://127.0.0.1:{port}", n, args.duration, data_url(56, 0))) for n in clients]
     finally:
         stop_server(process)
+
+
+class InProcess:
+    """The limit the server is measured against: the judge `mrjudge serve` builds from the same flags
+    (`mrjudge.serve_cmd.served_judge`), in this process, judging the same requests in batches of
+    `--max-batch-items` through `compute_rewards` (what the server's batch worker runs), back to back. Each
+    request is read and its image decoded as the server does (`RewardRequest.to_request`, `decode_images`);
+    only HTTP, JSON and the queue are left out."""
+
+    def __init__(self, model_dir: str, args: argparse.Namespace) -> None:
+        from mrjudge.cli import build_parser
+        from mrjudge.serve_cmd import served_judge, server_config_from
+
+        from reward_server.wire_images import decode_range
+
+        parsed = build_parser().parse_args(serve_args(model_dir, args, 0, batching=True))
+        self.config = server_config_from(parsed)
+        self.judge = served_judge(parsed, self.config)
+        self.pixels, self.image = decode_range(self.judge), data_url(56, 0)
+        self.number = 0
+        self.batch()  # warm-up, as the server gets
+
+    def batch(self) -> int:
+        from judge.reward_scoring import compute_rewards
+        from reward_server.protocol import RewardRequest
+        from reward_server.work import RewardWork, decode_images
+
+        requests = []
+        for c in range(self.config.max_batch_items):  # one MC item per request
+            body = reward_body(c, self.number, self.image)
+            request = RewardRequest.model_validate(body, context=self.config).to_request(self.config)
+            decode_images(RewardWork([request]), self.pixels)
+            requests.append(request)
+        self.number += 1
+        return len(compute_rewards(self.judge, requests, max_options=self.config.max_candidates))
+
+    def run(self, duration_s: float) -> dict:
+        answered, batches = 0, 0
+        begin, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - begin < duration_s:
+            answered += self.batch()
+            batches += 1
+        return {"answered": answered, "batches": batches, "seconds": time.perf_counter() - begin,
+                "cpu_s": time.process_time() - cpu}  # fmt: skip
+
+
+def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int, rounds: int = 3) -> dict:
+    """In process and through the server at saturation (`clients` closed-loop clients), in `rounds` alternating
+    windows of `--duration / rounds` s each, so that other work on the machine weighs on both alike."""
+    inprocess = InProcess(model_dir, args)
+    port = free_port()
+    process = start_server([sys.executable, "-m", "mrjudge.cli", *serve_args(model_dir, args, port, True)], port)
+    windows: dict[str, list[dict]] = {"inprocess": [], "server": []}
+    try:
+        asyncio.run(load(f"http://127.0.0.1:{port}", clients, 1.0, data_url(56, 0)))  # warm-up
+        for _ in range(rounds):
+            windows["inprocess"].append(inprocess.run(args.duration / rounds))
+            cpu = process_cpu_s(process.pid)
+            window = asyncio.run(load(f"http://127.0.0.1:{port}", clients, args.duration / rounds, data_url(56, 0)))
+            windows["server"].append({**window, "server_cpu_s": process_cpu_s(process.pid) - cpu})
+    finally:
+        stop_server(process)
+    served, local = windows["server"], windows["inprocess"]
+    seconds = sum(w["seconds"] for w in served)
+    answered = sum(w["answered"] for w in served)
+    return {
+        "inprocess_judgments_per_s": sum(w["answered"] for w in local) / sum(w["seconds"] for w in local),
+        "server_judgments_per_s": answered / seconds,
+        "inprocess_cpu_s_per_s": sum(w["cpu_s"] for w in local) / sum(w["seconds"] for w in local),
+        "p50_ms": percentile([w["p50_ms"] for w in served], 0.5),
+        "p99_ms": max(w["p99_ms"] for w in served),
+        "errors": sum(w["errors"] for w in served),
+        "mean_batch_requests": answered / sum(w["answered"] / w["mean_batch_requests"] for w in served),
+        "judge_busy_frac": sum(w["judge_busy_s"] for w in served) / seconds,
+        "client_cpu_s_per_s": sum(w["client_cpu_s"] for w in served) / seconds,
+        "server_cpu_s_per_s": sum(w["server_cpu_s"] for w in served) / seconds,
+        "window_efficiency": [
+            round(s["judgments_per_s"] / (i["answered"] / i["seconds"]), 3) for s, i in zip(served, local)
+        ],
+    }
 
 
 # -- faults ------------------------------------------------------------------------------------------------
@@ -320,6 +477,7 @@ def fault_run(args: argparse.Namespace) -> dict:
     try:
         asyncio.run(fault_load(base, 200, args.clients))  # warm-up, so first-use allocations are not counted
         rss_start = rss_kib(process.pid)
+        lines_start = log_lines(process)
         begin = time.perf_counter()
         counts = asyncio.run(fault_load(base, args.fault_requests, args.clients))
         elapsed = time.perf_counter() - begin
@@ -327,7 +485,16 @@ def fault_run(args: argparse.Namespace) -> dict:
         alive = httpx.get(f"{base}/health", timeout=10).status_code == 200 and process.poll() is None
     finally:
         stop_server(process)
-    return {**counts, "alive": alive, "rss_start_kib": rss_start, "rss_end_kib": rss_end, "seconds": elapsed}
+    # Every line from the timed run's start to the server's exit: the summaries flushed at shutdown count too.
+    lines = log_lines(process) - lines_start
+    return {
+        **counts,
+        "alive": alive,
+        "rss_start_kib": rss_start,
+        "rss_end_kib": rss_end,
+        "seconds": elapsed,
+        "log_lines": lines,
+    }
 
 
 # -- hostile -----------------------------------------------------------------------------------------------
@@ -526,6 +693,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per throughput run")
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument(
+        "--saturation-clients", type=int, default=0, help="clients of the saturated run (default: 2 x max-batch-items)"
+    )
     parser.add_argument("--fault-requests", type=int, default=10_000)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--max-batch-items", type=int, default=32)
@@ -558,11 +728,13 @@ def main() -> None:
             sys.path.insert(0, str(ROOT))
         from benchmarks.equal_work import force_in_folder
 
+        saturation = args.saturation_clients or 2 * args.max_batch_items
         with tempfile.TemporaryDirectory() as folder:
             model_dir = str(build_tiny_model(folder, size=args.size, seed=0))
             force_in_folder(model_dir, args.max_new_tokens)  # every call generates exactly max_new_tokens
-            batched = throughput_run(model_dir, args, batching=True)
-            unbatched = throughput_run(model_dir, args, batching=False)
+            saturated = efficiency_run(model_dir, args, saturation)
+            [batched] = throughput_run(model_dir, args, True, [args.clients])
+            [unbatched] = throughput_run(model_dir, args, False, [args.clients])
         result.update(
             {
                 "throughput_judge": f"{args.size} Qwen2.5-VL (random init), hf backend on cpu, orders=2, "
@@ -581,7 +753,30 @@ def main() -> None:
                 "p99_ms": round(batched["p99_ms"], 1),
                 "unbatched_p50_ms": round(unbatched["p50_ms"], 1),
                 "unbatched_p99_ms": round(unbatched["p99_ms"], 1),
-                "errors": batched["errors"] + unbatched["errors"],
+                "errors": batched["errors"] + unbatched["errors"] + saturated["errors"],
+                "inprocess_judgments_per_s": round(saturated["inprocess_judgments_per_s"], 2),
+                "saturation_clients": saturation,
+                "server_judgments_per_s": round(saturated["server_judgments_per_s"], 2),
+                "server_efficiency": round(
+                    saturated["server_judgments_per_s"] / saturated["inprocess_judgments_per_s"], 3
+                ),
+                "server_efficiency_by_window": saturated["window_efficiency"],
+                "server_p50_ms": round(saturated["p50_ms"], 1),
+                "server_p99_ms": round(saturated["p99_ms"], 1),
+                "server_mean_batch_requests": round(saturated["mean_batch_requests"], 2),
+                "server_judge_busy_frac": round(saturated["judge_busy_frac"], 3),
+                "server_client_cpu_s_per_s": round(saturated["client_cpu_s_per_s"], 3),
+                "server_cpu_s_per_s": round(saturated["server_cpu_s_per_s"], 3),
+                # judgments per CPU-second of the server process against those of the judge in process: what
+                # the HTTP front costs, whatever share of the cores the machine's other work leaves either
+                "server_cpu_efficiency": round(
+                    (saturated["server_judgments_per_s"] / saturated["server_cpu_s_per_s"])
+                    / (saturated["inprocess_judgments_per_s"] / saturated["inprocess_cpu_s_per_s"]),
+                    3,
+                ),
+                "batched_mean_batch_requests": round(batched["mean_batch_requests"], 2),
+                "batched_judge_busy_frac": round(batched["judge_busy_s"] / batched["seconds"], 3),
+                "inprocess_cpu_s_per_s": round(saturated["inprocess_cpu_s_per_s"], 3),
             }
         )
     if not args.skip_faults:
@@ -597,6 +792,8 @@ def main() -> None:
                 "fault_5xx": faults["5xx"],
                 "fault_server_alive": faults["alive"],
                 "fault_requests_per_s": round(args.fault_requests / faults["seconds"], 1),
+                "fault_log_lines": faults["log_lines"],
+                "refused_log_lines_per_1000": round(1000 * faults["log_lines"] / max(faults["bad_total"], 1), 1),
                 "rss_start_mib": round(faults["rss_start_kib"] / 1024, 1),
                 "rss_end_mib": round(faults["rss_end_kib"] / 1024, 1),
                 "rss_growth": round(faults["rss_end_kib"] / faults["rss_start_kib"] - 1, 4),

@@ -25,15 +25,17 @@ names one with a nested spec (`judge.reward_spec`: `reward: {transport: http, ur
      is one, and gets `None` otherwise (likewise any group in pairwise mode whose reference is missing).
    A verdict the judge could not parse gives `None` too (counted in `judge/unscored_frac`), never 1/k.
 3. **Judge.** Over HTTP, one `POST /v1/reward` per group, all groups concurrently (`max_concurrency` in
-   flight, images as PNG data URLs); in process, all groups in one `judge.reward_scoring.compute_rewards`
-   batch (the same engine the server runs).
-4. **Retry, then raise.** Failures are retried as `retry` says (`judge.reward_wire.RetryPolicy`: connection
-   errors, timeouts, 408, 429 and 5xx, with exponential back-off and jitter, a 503's `Retry-After` honoured),
-   then the call raises `RewardUnavailable`; a request refused for its input (a missing or unreadable image,
-   413, 415, 422, a wrong key) raises `RewardRefused` with the server's message at once. A reward is never
-   made up for a group that was not judged: `None` (TRL: NaN, out of the baseline, zero advantage) is only
-   for completions the judge could not score. Failures, retries and latency are counted through TRL's
-   `log_metric` hook before the call raises (`judge/failed_frac`, `judge/failed_groups`,
+   flight per server, images as PNG data URLs), each group whole to one of the servers `url` names (the one
+   with the fewest requests outstanding; `judge.reward_wire.Replicas`); in process, all groups in one
+   `judge.reward_scoring.compute_rewards` batch (the same engine the server runs).
+4. **Retry, then no signal; refused input raises.** Failures are retried as `retry` says
+   (`judge.reward_wire.RetryPolicy`: connection errors, timeouts, 408, 429 and 5xx, with exponential back-off
+   and jitter, a 503's `Retry-After` honoured; with several servers the next one at once, a failed one skipped
+   for a cool-off), then the group's rewards are `None`: a run rides out a judge restart. A request refused
+   for its input (a missing or unreadable image, 413, 415, 422, a wrong key) raises `RewardRefused` with the
+   server's message at once. A reward is never made up for a group that was not judged: `None` (TRL: NaN,
+   out of the baseline, zero advantage). Failures, retries and latency are counted through TRL's
+   `log_metric` hook before the call returns or raises (`judge/failed_frac`, `judge/failed_groups`,
    `judge/unscored_frac`, `judge/retries`, `judge/latency_s`; TRL averages them per logging step over
    processes), and in `totals` for callers outside TRL.
 

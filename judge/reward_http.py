@@ -31,6 +31,9 @@ from judge.reward_base import GroupedJudgeReward, GroupResults, RewardCall
 from judge.reward_planner import RewardGroup
 from judge.reward_scoring import RewardRequest
 from judge.reward_wire import (
+    CONNECT_TIMEOUT_S,
+    Failover,
+    Replicas,
     RetryPolicy,
     RewardError,
     RewardRefused,
@@ -38,6 +41,7 @@ from judge.reward_wire import (
     is_retryable,
     retry_after_s,
     server_api_key,
+    server_urls,
 )
 
 __all__ = ["AsyncHttpJudgeReward", "HttpJudgeReward", "post_json", "reward_endpoint"]
@@ -57,15 +61,18 @@ def reward_endpoint(server_url: str) -> str:
 
 async def post_json(
     client: Any,
-    url: str,
+    url: str | Replicas,
     payload: dict[str, Any],
     retry: RetryPolicy,
     *,
+    key: str | None = None,
     gate: asyncio.Semaphore | None = None,
     rng: random.Random | None = None,
     on_retry: Callable[[], None] | None = None,
 ) -> Any:
-    """POST `payload` to the reward server and return the response (status 200), retrying as `retry` says.
+    """POST `payload` to the reward server (or to one of `Replicas`, the whole payload to one) and return the
+    response (status 200), retrying and failing over as `retry` and `judge.reward_wire.Failover` say; `key`
+    routes a one-sample request by its group (`Replicas.order`).
 
     Raises:
         RewardRefused: a 4xx other than 408 / 429, at once, with the server's message (`_http_error`).
@@ -73,26 +80,36 @@ async def post_json(
     """
     import httpx
 
+    replicas = url if isinstance(url, Replicas) else Replicas([url])
+    failover = Failover(replicas, retry, key, rng)
+    several = len(replicas) > 1
     error = ""
-    for attempt in range(retry.max_retries + 1):
-        retry_after = None
+    while (step := failover.next()) is not None:
+        replica, wait_s = step
+        if failover.tries > 1 and on_retry is not None:
+            on_retry()
+        if wait_s:
+            await asyncio.sleep(wait_s)
+        where = f"{replicas.urls[replica]}: " if several else ""
         async with gate or contextlib.nullcontext():
+            failover.started()
             try:
-                response = await client.post(url, json=payload)
-            except httpx.TransportError as exc:  # connection refused/reset, timeouts
-                error = f"{type(exc).__name__}: {exc or 'no detail'}"
-            else:
-                if response.status_code == 200:
-                    return response
-                error = _http_error(response)
-                if not is_retryable(response.status_code):
-                    raise RewardRefused(error, response.status_code)
-                retry_after = retry_after_s(response.headers.get("retry-after"))
-        if attempt < retry.max_retries:
-            if on_retry is not None:
-                on_retry()
-            await asyncio.sleep(retry.delay(attempt, rng, retry_after))
-    raise RewardUnavailable(f"{error} (after {retry.max_retries} retries)")
+                response = await client.post(replicas.urls[replica], json=payload)
+            except httpx.TransportError as exc:  # connection refused/reset, timeouts: the next replica, at once
+                failover.unreachable()
+                error = f"{where}{type(exc).__name__}: {exc or 'no detail'}"
+                continue
+            except BaseException:  # cancelled: nothing learnt about the replica
+                failover.abandoned()
+                raise
+        retry_after = retry_after_s(response.headers.get("retry-after"))
+        failover.answered(response.status_code, retry_after)
+        if response.status_code == 200:
+            return response
+        error = where + _http_error(response)
+        if not is_retryable(response.status_code):
+            raise RewardRefused(error, response.status_code)
+    raise failover.gave_up(error)
 
 
 def _http_error(response: Any) -> str:
@@ -109,35 +126,47 @@ class HttpJudgeReward(GroupedJudgeReward):
     """Rewards from a reward server (`mrjudge serve`), with TRL's reward signature (synchronous).
 
     Args:
-        url: the server's root, `/v1` root or `/v1/reward` URL.
+        url: the server's root, `/v1` root or `/v1/reward` URL; or several replicas' (a list, or comma-separated):
+            each group goes whole to the replica with the fewest requests outstanding from this process, and a
+            replica that fails is passed over for the others and tried again after `replica_cooloff_s`
+            (`judge.reward_wire.Replicas`, `Failover`).
         api_key: `Authorization: Bearer` key; default `$MRJUDGE_SERVER_API_KEY`.
-        max_concurrency: requests in flight at once.
+        max_concurrency: requests in flight at once, per replica.
         send_image_paths: send string image references (paths) as they are, to be read under the server's
             `--allow-local-images` folder, instead of reading and encoding them here.
         min_pixels, max_pixels: images are resized into this range (Qwen's rule, `judge.images.fit_pixels`)
             before they are sent, so a full-size photo neither costs megabytes per request nor meets the
             server's 413; unset: sent as they are.
+        replica_cooloff_s: how long a replica that failed is passed over (doubling per failure in a row, up
+            to 60 s); with one server it changes nothing.
         **options: how groups are judged and retried (`judge.reward_base.GroupedJudgeReward`); keep
             `max_options` at most the server's `max_candidates`.
     """
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         api_key: str | None = None,
         max_concurrency: int = 16,
         send_image_paths: bool = False,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
+        replica_cooloff_s: float = 5.0,
         **options: Any,
     ) -> None:
-        if not url:
+        urls = server_urls(url)
+        if not urls:
             raise ValueError("HttpJudgeReward needs the reward server's url (e.g. http://judge-node:8000)")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
+        if not 0 <= replica_cooloff_s <= 60:
+            raise ValueError(f"replica_cooloff_s ({replica_cooloff_s}) must be in [0, 60]")
         PixelRange(min_pixels, max_pixels)  # refused here, not at the first call, when out of range
-        self.url, self.endpoint = url, reward_endpoint(url)
+        self.url = url
+        self.endpoints = [reward_endpoint(u) for u in urls]
+        self.endpoint = self.endpoints[0]
+        self.replica_cooloff_s = replica_cooloff_s
         self.api_key = api_key if api_key is not None else server_api_key()
         self.max_concurrency = max_concurrency
         self.send_image_paths = send_image_paths
@@ -149,6 +178,12 @@ class HttpJudgeReward(GroupedJudgeReward):
         self._client: Any = None
         self._client_loop: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._replicas = Replicas(self.endpoints, cooloff_s=self.replica_cooloff_s)
+
+    @property
+    def replicas(self) -> Replicas:
+        """The servers, with this process's outstanding requests, tries sent and cool-offs per replica."""
+        return self._replicas
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url={self.url!r}, mode={self.mode!r})"
@@ -173,10 +208,11 @@ class HttpJudgeReward(GroupedJudgeReward):
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:  # a client belongs to the loop it was made on
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            timeout = httpx.Timeout(self.retry.timeout_s, connect=min(CONNECT_TIMEOUT_S, self.retry.timeout_s))
             self._client = httpx.AsyncClient(
-                timeout=self.retry.timeout_s,
+                timeout=timeout,
                 headers=headers,
-                limits=httpx.Limits(max_connections=self.max_concurrency),
+                limits=httpx.Limits(max_connections=self.max_concurrency * len(self.endpoints)),
             )
             self._client_loop = loop
         return self._client
@@ -229,7 +265,7 @@ class HttpJudgeReward(GroupedJudgeReward):
 
     async def _ajudge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
         client = self._http_client()
-        gate = asyncio.Semaphore(self.max_concurrency)
+        gate = asyncio.Semaphore(self.max_concurrency * len(self.endpoints))  # per replica
 
         async def one(group: RewardGroup) -> list[float | None] | None:
             if group.request is None:
@@ -252,7 +288,9 @@ class HttpJudgeReward(GroupedJudgeReward):
         def count() -> None:
             call.retries += 1
 
-        response = await post_json(client, self.endpoint, payload, self.retry, gate=gate, rng=self._rng, on_retry=count)
+        response = await post_json(
+            client, self._replicas, payload, self.retry, gate=gate, rng=self._rng, on_retry=count
+        )
         return self._parse(response, n)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """Where a policy's judge runs and how it rewards, as data: one spec per transport, nested in a recipe.
 
     reward: {transport: http, url: http://judge-node:8000, retry: {max_retries: 4, timeout_s: 300}}
+    reward: {transport: http, url: [http://judge-1:8000, http://judge-2:8000]}   # or "http://judge-1:8000,http://…"
     reward: {transport: in_process, model: runs/judge, judge: {orders: 2, max_new_tokens: 512}}
 
 `reward_spec(mapping)` reads either (`transport` may be left out when only `url` or only `model` is given)
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from judge.reward_base import GroupedJudgeReward, check_reward_options
-from judge.reward_wire import API_KEY_ENV, RetryPolicy, check_keys, server_api_key
+from judge.reward_wire import API_KEY_ENV, RetryPolicy, check_keys, server_api_key, server_urls
 
 __all__ = ["TRANSPORTS", "HttpRewardSpec", "InProcessRewardSpec", "RewardSpec", "reward_spec"]
 
@@ -48,10 +49,14 @@ class _RewardOptions:
         self.retry = RetryPolicy.from_dict(self.retry)
         check_reward_options(self.mode, self.tournament, self.reference_column, self.max_options)
         where = getattr(self, self.target)
-        if not where or not isinstance(where, str):
+        if not where or not isinstance(where, str | list | tuple) or not self._valid_target(where):
             raise ValueError(
                 f"reward.{self.target} must say where the judge is (transport {self.transport}), got {where!r}"
             )
+
+    @staticmethod
+    def _valid_target(where: Any) -> bool:
+        return isinstance(where, str)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -77,7 +82,12 @@ class _RewardOptions:
 class HttpRewardSpec(_RewardOptions):
     """The judge behind a reward server (`mrjudge serve`), shared by every training process."""
 
-    url: str = field(metadata={"help": "Reward server root, e.g. http://judge-node:8000."})
+    url: str | list[str] = field(
+        metadata={
+            "help": "Reward server root, e.g. http://judge-node:8000; or several replicas, a list or comma-separated "
+            "(each group goes whole to the one with the fewest requests outstanding; a failed one is skipped)."
+        }
+    )
     api_key_env: str = field(
         default=API_KEY_ENV,
         metadata={"help": "Environment variable holding the server's key (the key never enters a config file)."},
@@ -87,14 +97,29 @@ class HttpRewardSpec(_RewardOptions):
         default=False,
         metadata={"help": "Send image paths as they are, for the server to read under its --allow-local-images."},
     )
+    replica_cooloff_s: float = field(
+        default=5.0,
+        metadata={"help": "With several urls: how long a replica that failed is skipped (doubling, up to 60 s)."},
+    )
 
     transport: ClassVar[str] = "http"
     target: ClassVar[str] = "url"
 
     def __post_init__(self) -> None:
+        if isinstance(self.url, tuple):
+            self.url = list(self.url)
         super().__post_init__()
         if self.max_concurrency < 1:
             raise ValueError(f"reward.max_concurrency ({self.max_concurrency}) must be at least 1")
+        if not 0 <= self.replica_cooloff_s <= 60:
+            raise ValueError(f"reward.replica_cooloff_s ({self.replica_cooloff_s}) must be in [0, 60]")
+
+    @staticmethod
+    def _valid_target(where: Any) -> bool:
+        try:
+            return bool(server_urls(where))
+        except ValueError:
+            return False
 
     def build(
         self,
@@ -116,6 +141,7 @@ class HttpRewardSpec(_RewardOptions):
             send_image_paths=self.send_image_paths,
             min_pixels=min_pixels,  # images go to the judge at the size the policy sees them
             max_pixels=max_pixels,
+            replica_cooloff_s=self.replica_cooloff_s,
             **self._options(image_columns, name),
         )
 

@@ -64,9 +64,15 @@ def create_app(judge: Judge, config: ServerConfig | None = None) -> FastAPI:
     )
     app.state.service = service
     app.include_router(router)
-    install_error_handlers(app, service.metrics)
+    install_error_handlers(app, service.metrics, service.log_summary)
     endpoints = frozenset({*DOCS, *(route.path for route in router.routes)})  # type: ignore[attr-defined]
-    app.add_middleware(AnswerEveryRequest, metrics=service.metrics, endpoints=endpoints)
+    app.add_middleware(
+        AnswerEveryRequest,
+        metrics=service.metrics,
+        endpoints=endpoints,
+        summary=service.log_summary,
+        incoming=service.incoming,
+    )
     _document_request_bodies(app)
     return app
 

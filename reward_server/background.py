@@ -17,17 +17,20 @@ __all__ = ["serve_in_thread"]
 
 
 @contextmanager
-def serve_in_thread(app: Any, host: str = "127.0.0.1", *, start_timeout_s: float = 30.0) -> Iterator[str]:
-    """Run `app` with uvicorn on a free port of `host` in a daemon thread; yields its root URL.
+def serve_in_thread(
+    app: Any, host: str = "127.0.0.1", *, start_timeout_s: float = 30.0, port: int | None = None
+) -> Iterator[str]:
+    """Run `app` with uvicorn on `port` (default: a free one) of `host` in a daemon thread; yields its root URL.
 
     On exit the server is asked to stop (in-flight requests finish) and the thread joined.
     """
     import uvicorn
 
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    if port is None:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, name="mrjudge-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout_s

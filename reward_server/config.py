@@ -53,7 +53,11 @@ class ServerConfig:
         metadata={"help": "MC items per judge batch; 1 turns batching off (one request at a time)"},
     )
     max_wait_ms: float = field(
-        default=10.0, metadata={"help": "how long the first request of a batch waits for others to join"}
+        default=10.0,
+        metadata={
+            "help": "how long a batch waits for the next request to join, from its first request and then from "
+            "each that joins (in all at most 4 times this); it closes at once when full"
+        },
     )
     max_queue: int = field(
         default=256, metadata={"help": "requests waiting for the judge; more are answered 503 with Retry-After"}
@@ -71,6 +75,19 @@ class ServerConfig:
     )
     body_timeout_s: float = field(
         default=30.0, metadata={"help": "time to receive a whole request body; then 408 (slow-body clients)"}
+    )
+
+    # Logging
+    log_interval_s: float = field(
+        default=60.0,
+        metadata={
+            "help": "refusals, failures and unscored samples are logged at once the first time per reason, then "
+            "summarised at most once per this many seconds per reason (counts are in /metrics)"
+        },
+    )
+    access_log: bool = field(
+        default=False,
+        metadata={"help": "uvicorn's line per request; off by default: an RL run sends thousands a step"},
     )
 
     # Input limits (each violation is a 4xx naming the field)
@@ -180,7 +197,7 @@ class ServerConfig:
             raise ValueError(f"need group_size >= 1 ({self.group_size}) and group_wait_s > 0 ({self.group_wait_s})")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms ({self.max_wait_ms}) must be >= 0")
-        for name in ("request_timeout_s", "shutdown_grace_s", "body_timeout_s"):
+        for name in ("request_timeout_s", "shutdown_grace_s", "body_timeout_s", "log_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be > 0")
         if not 2 <= self.max_candidates <= 26:

@@ -35,6 +35,13 @@ class Metrics:
             "mrjudge_requests_total", "HTTP requests by endpoint and status.", ["endpoint", "status"], **on
         )
         self._errors = Counter("mrjudge_errors_total", "Refused or failed requests by kind.", ["kind"], **on)
+        self._refused = Counter(
+            "mrjudge_refused_requests_total",
+            "Requests answered with a refusal envelope, by status and reason (the envelope's type); the log "
+            "summarises them at most once per log_interval_s per reason.",
+            ["status", "reason"],
+            **on,
+        )
         self._cancelled = Counter(
             "mrjudge_cancelled_requests_total", "Requests whose work was given up, by reason.", ["reason"], **on
         )
@@ -125,6 +132,10 @@ class Metrics:
 
     def error(self, kind: str) -> None:
         self._errors.labels(kind).inc()
+
+    def refused(self, status: int, reason: str) -> None:
+        """A request answered with a refusal: `reason` is the envelope's type, a label from the server's code."""
+        self._refused.labels(str(status), reason).inc()
 
     def cancelled(self, reason: str) -> None:
         """A request whose work was given up: `timeout`, `disconnect` (the client left) or `shutdown`."""

@@ -2,7 +2,9 @@
 
 `AnswerEveryRequest` counts responses by endpoint and status and answers any exception a request raises
 with a 500 envelope; `install_error_handlers` writes refusals (`WireError`, and Starlette's own 404 / 405)
-as envelopes and counts them by kind.
+as envelopes and counts them by kind. Neither writes a log line per request: refusals and failures go
+through the service's `LogSummary` (the first of a reason at once, then one line per interval), so a flood
+of bad requests cannot flood the log.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reward_server.errors import WireError
+from reward_server.batching import Incoming
+from reward_server.errors import QUOTE_CHARS, WireError, safe_text
+from reward_server.log_summary import LogSummary
 from reward_server.metrics import Metrics
 
 __all__ = ["AnswerEveryRequest", "error_response", "install_error_handlers"]
-
-log = logging.getLogger("mrjudge.server")
 
 
 def error_response(error: WireError) -> JSONResponse:
@@ -36,9 +38,14 @@ class AnswerEveryRequest:
     so the client's next request on it is reset; answered here, the connection stays usable.
     """
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, endpoints: frozenset[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, endpoints: frozenset[str], summary: LogSummary, incoming: Incoming
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.summary = summary
+        self.incoming = incoming
+        """Requests on their way to the judge's queue; a request answered before it got there leaves it here."""
         self.endpoints = endpoints
         """Paths counted by name; any other is counted as `other` (a client cannot grow the label set)."""
 
@@ -61,26 +68,38 @@ class AnswerEveryRequest:
         except ClientDisconnect:
             pass
         except Exception as exc:  # noqa: BLE001 - the last line: log it, answer 500, keep the connection
-            log.exception("unexpected error on %s", path)
+            message = safe_text(f"{path}: {type(exc).__name__}: {exc}", QUOTE_CHARS)
+            self.summary.note("failed 500 internal", message, level=logging.ERROR, exc_info=exc)
             self.metrics.error("internal")
             if status is None:
                 internal = WireError(500, "", f"internal error ({type(exc).__name__})", "internal")
                 await error_response(internal)(scope, receive, send_wrapper)
         finally:
+            self.incoming.leave(scope)
             endpoint = path if path in self.endpoints else "other"
             self.metrics.request(endpoint, status or 500, time.perf_counter() - start)
 
 
-def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
-    """Refusals as `ErrorResponse` envelopes, counted by kind in `mrjudge_errors_total`."""
+def install_error_handlers(app: FastAPI, metrics: Metrics, summary: LogSummary) -> None:
+    """Refusals as `ErrorResponse` envelopes, counted by kind in `mrjudge_errors_total` and by status and reason
+    in `mrjudge_refused_requests_total`, and summarised in the log (`LogSummary`), never a line each."""
+
+    def refused(request: Request, error: WireError) -> JSONResponse:
+        metrics.error(error.kind)
+        metrics.refused(error.status, error.kind)
+        where = f"{error.field}: " if error.field else ""
+        client = f" from {request.client.host}" if request.client else ""
+        message = f"{request.url.path}{client}: {where}{error.message}"
+        internal = error.status == 500
+        verb, level = ("failed", logging.ERROR) if internal else ("refused", logging.WARNING)
+        summary.note(f"{verb} {error.status} {error.kind}", safe_text(message, QUOTE_CHARS), level=level)
+        return error_response(error)
 
     @app.exception_handler(WireError)
     async def wire_error(request: Request, exc: WireError) -> JSONResponse:
-        metrics.error(exc.kind)
-        return error_response(exc)
+        return refused(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        metrics.error(kind)
-        return error_response(WireError(exc.status_code, "", str(exc.detail), kind, exc.headers))
+        return refused(request, WireError(exc.status_code, "", str(exc.detail), kind, exc.headers))

@@ -46,9 +46,33 @@ def run_server(app: Any, config: ServerConfig, *, log_level: str = "info", sock:
 
     drain_s = max(0.5, config.shutdown_grace_s - SHUTDOWN_RESERVE_S)
     uvicorn_config = uvicorn.Config(
-        app, host=config.host, port=config.port, log_level=log_level, timeout_graceful_shutdown=drain_s
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        access_log=config.access_log,
+        timeout_graceful_shutdown=drain_s,
     )
+    _log_to_stderr(log_level, config.log_interval_s)
     BoundedServer(uvicorn_config).run(sockets=[sock] if sock is not None else None)
+
+
+def _log_to_stderr(level: str, interval_s: float) -> None:
+    """The server's own lines (`mrjudge.*`: refusal and unscored summaries, failures) on stderr at `level`, as
+    uvicorn's are, and uvicorn's per-connection warnings rate-limited (`RateLimitFilter`): neither can be made to
+    write a line per request. The handler is left alone when the embedding program has configured logging."""
+    from reward_server.log_summary import RateLimitFilter
+
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, RateLimitFilter) for f in uvicorn_errors.filters):
+        uvicorn_errors.addFilter(RateLimitFilter(interval_s))
+    logger = logging.getLogger("mrjudge")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
 
 
 def _force_exit(grace_s: float) -> None:

@@ -23,7 +23,7 @@ from judge.types import MCItem, Verdict
 from reward_server.batching import BatchStopped
 from reward_server.wire_images import PendingImage, decode_pending
 
-__all__ = ["JudgeWork", "RewardWork", "decode_images", "make_run_batch", "plan_items"]
+__all__ = ["JudgeWork", "RewardWork", "decode_images", "make_run_batch", "pending_pixels", "plan_items"]
 
 
 @dataclass
@@ -114,6 +114,17 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
         return out
 
     return run_batch
+
+
+def pending_pixels(work: JudgeWork | RewardWork) -> int:
+    """Pixels (from the headers) of the work's images still to decode, each distinct one once."""
+    refs = (
+        [r for item in work.items for r in (item.image if isinstance(item.image, list) else [item.image])]
+        if isinstance(work, JudgeWork)
+        else [r for request in work.requests for r in request.images]
+    )
+    pending = {id(r): r for r in refs if isinstance(r, PendingImage)}
+    return sum(r.width * r.height for r in pending.values())
 
 
 def decode_images(work: JudgeWork | RewardWork, pixel_range: PixelRange) -> None:

@@ -12,7 +12,10 @@ BASE_HELP = (
 )
 
 
-MODEL_HELP = "model folder or hub id, or an OpenAI-compatible server URL (http://…/v1)"
+MODEL_HELP = (
+    "model folder or hub id, or an OpenAI-compatible server URL (http://…/v1; several servers of the same model "
+    "comma-separated: each request goes to the least busy, a failed one is skipped)"
+)
 
 
 def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = True, model_help: str = MODEL_HELP) -> None:

@@ -5,6 +5,7 @@
     mrjudge serve --model http://127.0.0.1:8001/v1 --server-config serve.yaml --max-batch-items 64
     mrjudge serve --model runs/tiny-judge --adapter-store runs/adapters   # requests name "model": "judge@prod"
     mrjudge serve --model runs/judge --group-size 4 --allow-local-images data/   # OpenRLHF, 4 samples a prompt
+    mrjudge serve --model http://gpu-1:8001/v1,http://gpu-2:8001/v1    # several vllm serve replicas of one judge
 
 On start it prints the lines to paste into a TRL script, a verl config and an OpenRLHF command.
     curl -s 127.0.0.1:8000/v1/reward -H 'Content-Type: application/json' \
@@ -71,9 +72,30 @@ def server_config_from(args: argparse.Namespace) -> Any:
     return config_from_yaml(ServerConfig, args.server_config, overrides)
 
 
-def run(args: argparse.Namespace) -> int:
+def served_judge(args: argparse.Namespace, server_config: Any) -> Any:
+    """The `Judge` `mrjudge serve ARGS` serves, built (and its model loaded) as the server builds it: what
+    `benchmarks/server_load.py` calls in process to compare the server with the judge alone."""
     from judge.backends.spec import ModelSpec
     from judge.judging import Judge
+
+    judge_config = judge_config_from(args)
+    if args.batch_size is None:
+        # One server batch should be one backend call; the judge's default (8 items) would split it.
+        judge_config.batch_size = max(judge_config.batch_size, server_config.max_batch_items)
+    backend_kwargs: dict[str, Any] = judge_config.pixel_options()  # the model's processor gets the judge's range
+    backend = args.backend or ("openai" if args.model.startswith(("http://", "https://")) else "hf")
+    if backend == "hf":
+        backend_kwargs["max_batch_size"] = judge_config.batch_size * (judge_config.orders or 2) * judge_config.samples
+        if args.device:
+            backend_kwargs["device"] = args.device
+    if backend == "openai" and args.backend_api_key:
+        backend_kwargs["api_key"] = args.backend_api_key
+    backend_kwargs.update(base_options(args, args.model, backend))
+    engine = loaded(ModelSpec(args.model, backend, backend_kwargs), what="the judge").build()
+    return Judge(engine, judge_config)
+
+
+def run(args: argparse.Namespace) -> int:
     from judge.reward_wire import API_KEY_ENV
     from reward_server import create_app
     from reward_server.config import is_loopback
@@ -92,21 +114,7 @@ def run(args: argparse.Namespace) -> int:
             "key; anyone who can reach the port can use the judge",
             file=sys.stderr,
         )
-    judge_config = judge_config_from(args)
-    if args.batch_size is None:
-        # One server batch should be one backend call; the judge's default (8 items) would split it.
-        judge_config.batch_size = max(judge_config.batch_size, server_config.max_batch_items)
-    backend_kwargs: dict[str, Any] = judge_config.pixel_options()  # the model's processor gets the judge's range
-    backend = args.backend or ("openai" if args.model.startswith(("http://", "https://")) else "hf")
-    if backend == "hf":
-        backend_kwargs["max_batch_size"] = judge_config.batch_size * (judge_config.orders or 2) * judge_config.samples
-        if args.device:
-            backend_kwargs["device"] = args.device
-    if backend == "openai" and args.backend_api_key:
-        backend_kwargs["api_key"] = args.backend_api_key
-    backend_kwargs.update(base_options(args, args.model, backend))
-    engine = loaded(ModelSpec(args.model, backend, backend_kwargs), what="the judge").build()
-    app = create_app(Judge(engine, judge_config), server_config)
+    app = create_app(served_judge(args, server_config), server_config)
     try:  # bind first, so the usage lines name the port really bound (--port 0 picks a free one)
         sock = _bind(server_config.host, server_config.port)
     except OSError as exc:

@@ -7,17 +7,25 @@ rule) when it is set and the `Judge` has not sized them already (`ChatRequest.im
 gets what its model will use and not a multi-megabyte photo. Option log-probs come from the `top_logprobs`
 of the token where the answer label was written; a server that refuses `logprobs` is asked again without
 them, once, and remembered.
+
+Several endpoints (`base_url` a list, or comma-separated: `mrjudge serve --model http://a:8001/v1,http://b:8001/v1`)
+serving the same model are used as one: each chat request goes to the endpoint with the fewest requests in
+flight, and one that fails (connection error, timeout, 408, 429, 5xx) is skipped for a cool-off while the
+request moves to another at once (`judge.reward_wire.Replicas`, `Failover`); the client's own retries are
+then off and `max_retries` counts rounds over the endpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
 from judge.images import PixelRange, fit_pixels, image_to_data_url
+from judge.reward_wire import Failover, Replicas, RetryPolicy, is_retryable, retry_after_s, server_urls
 
 __all__ = ["API_KEY_ENV_VARS", "OpenAIBackend"]
 
@@ -44,10 +52,11 @@ class OpenAIBackend:
     """Judge through an OpenAI-compatible chat-completions server.
 
     Args:
-        base_url: the server's API root, e.g. `http://127.0.0.1:8000/v1`.
+        base_url: the server's API root, e.g. `http://127.0.0.1:8000/v1`; or several servers of the same model
+            (a list, or comma-separated): each request goes to the one with the fewest in flight.
         model_name: the served model; default: the first one `GET /models` lists.
         api_key: default: `$MRJUDGE_API_KEY`, then `$OPENAI_API_KEY`, then "EMPTY" (local servers).
-        max_concurrency: requests in flight at once.
+        max_concurrency: requests in flight at once, per server.
         timeout: seconds per attempt.
         max_retries: retries per request, with exponential back-off.
         top_logprobs: alternatives asked per token (OpenAI allows up to 20); 0 disables log-probs.
@@ -55,13 +64,15 @@ class OpenAIBackend:
             kept, sides multiples of 28); unset: sent as they are, and the server's processor decides.
         extra_body: engine-specific fields sent with every request, e.g. vLLM's `{"min_tokens": 64,
             "ignore_eos": True}` (the throughput benchmarks force one generation length this way).
+        replica_cooloff_s: with several servers, how long one that failed is skipped (doubling per failure in
+            a row, up to 60 s).
     """
 
     name = "openai"
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         model_name: str | None = None,
         api_key: str | None = None,
@@ -72,11 +83,17 @@ class OpenAIBackend:
         min_pixels: int | None = None,
         max_pixels: int | None = None,
         extra_body: dict[str, Any] | None = None,
+        replica_cooloff_s: float = 5.0,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency ({max_concurrency}) must be at least 1")
+        self.base_urls = [url.rstrip("/") for url in server_urls(base_url)]
+        if not self.base_urls:
+            raise ValueError(f"no server address in {base_url!r}")
         self.pixels = PixelRange(min_pixels, max_pixels)
-        self.base_url = base_url.rstrip("/")
+        self.base_url = ",".join(self.base_urls)
+        self.replicas = Replicas(self.base_urls, cooloff_s=replica_cooloff_s)
+        """The servers, with requests in flight, requests sent and cool-offs per server (several only)."""
         self.api_key = api_key or next((os.environ[v] for v in API_KEY_ENV_VARS if os.environ.get(v)), "EMPTY")
         self.model_name = model_name
         self.max_concurrency = max_concurrency
@@ -86,14 +103,15 @@ class OpenAIBackend:
         self._logprobs_supported = top_logprobs > 0
         self.extra_body = dict(extra_body or {})
 
-    def _client(self) -> Any:
+    def _client(self, base_url: str | None = None) -> Any:
+        """A client of one server; with several, its own retries are off (`Failover` moves a failed request)."""
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         return AsyncOpenAI(
-            base_url=self.base_url,
+            base_url=base_url or self.base_urls[0],
             api_key=self.api_key,
             timeout=self.timeout,
-            max_retries=self.max_retries,
+            max_retries=self.max_retries if len(self.base_urls) == 1 else 0,
             http_client=DefaultAsyncHttpxClient(verify=_ssl_context()),
         )
 
@@ -120,21 +138,25 @@ class OpenAIBackend:
         self._admin("unload_lora_adapter", {"lora_name": name})
 
     def _admin(self, endpoint: str, body: dict[str, Any]) -> None:
+        """`POST {server}/{endpoint}` on every server (each must hold the same adapters)."""
         import httpx
 
-        response = httpx.post(
-            f"{self.base_url}/{endpoint}",
-            json=body,
-            headers={"Authorization": f"Bearer {self.api_key}"},
-            timeout=self.timeout,
-        )
-        if response.status_code != 200:
-            raise RuntimeError(
-                f"{self.base_url}/{endpoint} answered {response.status_code}: {response.text[:300]} (start vLLM "
-                "with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True for runtime adapters)"
+        for base_url in self.base_urls:
+            response = httpx.post(
+                f"{base_url}/{endpoint}",
+                json=body,
+                headers={"Authorization": f"Bearer {self.api_key}"},
+                timeout=self.timeout,
             )
+            if response.status_code != 200:
+                raise RuntimeError(
+                    f"{base_url}/{endpoint} answered {response.status_code}: {response.text[:300]} (start vLLM "
+                    "with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True for runtime adapters)"
+                )
 
     async def agenerate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        if len(self.base_urls) > 1:
+            return await self._agenerate_replicated(requests, params)
         async with self._client() as client:
             if self.model_name is None:
                 models = await client.models.list()
@@ -147,6 +169,55 @@ class OpenAIBackend:
                 async with gate:
                     seed = None if params.seed is None else params.seed + index
                     return await self._complete(client, request, params, seed)
+
+            return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+
+    async def _agenerate_replicated(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        """`agenerate` over several servers: each request to the least busy one, moved on when one fails."""
+        from openai import APIConnectionError, APIStatusError
+
+        retry = RetryPolicy(max_retries=self.max_retries, backoff_s=0.5, max_backoff_s=8.0, timeout_s=self.timeout)
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(self._client(url)) for url in self.base_urls]
+
+            async def call(work: Any) -> Any:
+                failover, last = Failover(self.replicas, retry), None
+                while (step := failover.next()) is not None:
+                    replica, wait_s = step
+                    if wait_s:
+                        await asyncio.sleep(wait_s)
+                    failover.started()
+                    try:
+                        result = await work(clients[replica])
+                    except APIConnectionError as exc:  # refused, reset, timed out: the next server, at once
+                        failover.unreachable()
+                        last = exc
+                        continue
+                    except APIStatusError as exc:
+                        failover.answered(exc.status_code, retry_after_s(exc.response.headers.get("retry-after")))
+                        if not is_retryable(exc.status_code):
+                            raise
+                        last = exc
+                        continue
+                    except BaseException:
+                        failover.abandoned()
+                        raise
+                    failover.answered(200)
+                    return result
+                assert last is not None
+                raise last
+
+            if self.model_name is None:
+                models = await call(lambda client: client.models.list())
+                if not models.data:
+                    raise RuntimeError(f"the servers at {self.base_url} serve no model")
+                self.model_name = models.data[0].id
+            gate = asyncio.Semaphore(self.max_concurrency * len(clients))
+
+            async def one(index: int, request: ChatRequest) -> Generation:
+                async with gate:
+                    seed = None if params.seed is None else params.seed + index
+                    return await call(lambda client: self._complete(client, request, params, seed))
 
             return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
 

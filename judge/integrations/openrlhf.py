@@ -29,7 +29,13 @@ INFO only; the sample is then left without a reward, and the step stops when the
 (`make_experience_batch`: `reward_model_group is required when rewards are not precomputed`;
 `compute_advantages_and_returns` fails on it too).
 
-Its environment names and retry policy are `judge/reward_wire.py`'s, shared with every other reward client.
+Several replicas: `$MRJUDGE_REWARD_URL` may name several servers, comma-separated. OpenRLHF sends a prompt's
+samples one per call from concurrent workers, and they must meet on one server to be judged together, so each
+sample goes by its prompt and label (`judge.reward_wire.Replicas`, rendezvous hashing: the same ranking in
+every process); a replica that cannot be reached is passed over for the next in that ranking, at once.
+
+Its environment names, retry policy and replica choice are `judge/reward_wire.py`'s, shared with every other
+reward client.
 Besides that module it imports only the standard library (and torch if present): where mr-judge is not
 installed, it loads `reward_wire.py` by path from the package folder above its own, so the two files can be
 copied to a training node as `judge/integrations/openrlhf.py` and `judge/reward_wire.py`.
@@ -37,13 +43,16 @@ copied to a training node as `judge/integrations/openrlhf.py` and `judge/reward_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +80,27 @@ RETRY = wire.RetryPolicy(max_retries=4, timeout_s=170.0)  # OpenRLHF's own remot
 """Retries of this file's POST; `$MRJUDGE_REWARD_TIMEOUT_S` overrides the timeout per attempt."""
 
 
-def _endpoint() -> str:
-    url = wire.reward_server_url().rstrip("/")
+_replicas: dict[tuple[str, ...], Any] = {}
+_replicas_lock = threading.Lock()
+
+
+def _endpoint(url: str) -> str:
+    url = url.rstrip("/")
     if url.endswith("/get_reward"):
         return url
     return url.removesuffix("/v1") + "/get_reward"
+
+
+def _endpoints() -> Any:
+    """The `/get_reward` replicas `$MRJUDGE_REWARD_URL` names (one `Replicas` per process and set of addresses)."""
+    endpoints = tuple(_endpoint(url) for url in wire.reward_server_urls())
+    with _replicas_lock:
+        return _replicas.setdefault(endpoints, wire.Replicas(endpoints))
+
+
+def _sample_key(prompt: str, label: Any) -> str:
+    """What routes a sample to a replica: its prompt and label, equal for a prompt's samples in every worker."""
+    return hashlib.sha256(json.dumps([prompt, label], default=str).encode()).hexdigest()
 
 
 def _server_error(status: int, raw: bytes) -> str:
@@ -88,36 +113,53 @@ def _server_error(status: int, raw: bytes) -> str:
         return f"HTTP {status}: {raw[:200].decode(errors='replace')}"
 
 
-def _post(body: dict[str, Any]) -> dict[str, Any]:
-    """POST with retries on connection errors, 408, 429 and 5xx (back-off with jitter, `Retry-After` honoured).
+def _post(body: dict[str, Any], replicas: Any, key: str) -> dict[str, Any]:
+    """POST to the replica `key` ranks first, with retries on connection errors, 408, 429 and 5xx (back-off with
+    jitter, `Retry-After` honoured) and the next replica at once when one cannot be reached (`wire.Failover`).
 
     Raises:
         RewardRefused: any other 4xx, at once, with the server's message.
         RewardUnavailable: every attempt failed.
     """
     headers = {"Content-Type": "application/json"}
-    key = wire.server_api_key()
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    api_key = wire.server_api_key()
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     timeout = float(os.environ.get(wire.REWARD_TIMEOUT_ENV) or RETRY.timeout_s)
     data = json.dumps(body).encode()
+    failover = wire.Failover(replicas, RETRY, key)
+    several = len(replicas) > 1
     error = ""
-    for attempt in range(RETRY.max_retries + 1):
-        retry_after = None
+    while (step := failover.next()) is not None:
+        replica, wait_s = step
+        time.sleep(wait_s)
+        url = replicas.urls[replica]
+        where = f"{url}: " if several else ""
+        failover.started()
         try:
-            request = urllib.request.Request(_endpoint(), data=data, headers=headers, method="POST")
+            request = urllib.request.Request(url, data=data, headers=headers, method="POST")
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read())
+                raw = response.read()
         except urllib.error.HTTPError as exc:
-            error = _server_error(exc.code, exc.read())
+            retry_after = wire.retry_after_s(exc.headers.get("Retry-After") if exc.headers else None)
+            failover.answered(exc.code, retry_after)
+            error = where + _server_error(exc.code, exc.read())
             if not wire.is_retryable(exc.code):
                 raise wire.RewardRefused(error, exc.code) from None
-            retry_after = wire.retry_after_s(exc.headers.get("Retry-After") if exc.headers else None)
-        except (OSError, ValueError) as exc:  # refused, reset, timed out, or not JSON
-            error = f"{type(exc).__name__}: {exc}"
-        if attempt < RETRY.max_retries:
-            time.sleep(RETRY.delay(attempt, retry_after=retry_after))
-    raise wire.RewardUnavailable(f"{error} (after {RETRY.max_retries} retries)")
+            continue
+        except OSError as exc:  # refused, reset, timed out: the next replica, at once
+            failover.unreachable()
+            error = f"{where}{type(exc).__name__}: {exc}"
+            continue
+        except BaseException:
+            failover.abandoned()
+            raise
+        failover.answered(200)
+        try:
+            return json.loads(raw)
+        except ValueError as exc:  # a 200 that is not JSON: the server's fault, retried like one
+            error = f"{where}{type(exc).__name__}: {exc}"
+    raise failover.gave_up(error)
 
 
 def _tensor(values: list[float]) -> Any:
@@ -141,22 +183,58 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         RewardUnavailable: the server could not be reached, or kept failing, after `RETRY`'s retries.
     """
     n = len(queries)
-    body = {"query": list(queries), "prompts": list(prompts), "labels": ["" if x is None else x for x in labels]}
+    labels = ["" if x is None else x for x in labels]
+    replicas = _endpoints()
+    parts: dict[str, list[int]] = {}  # samples by group: each group goes whole to one replica
+    for i, (prompt, label) in enumerate(zip(prompts, labels)):
+        parts.setdefault(_sample_key(prompt, label), []).append(i)
     try:
-        answer = _post(body)
-        try:
-            rewards = [float(r) for r in answer["rewards"]]
-            if len(rewards) != n:
-                raise ValueError(f"{len(rewards)} rewards for {n} queries")
-        except (KeyError, TypeError, ValueError) as exc:
-            raise wire.RewardUnavailable(f"unusable /get_reward answer ({exc}): {str(answer)[:200]}") from None
+        if len(parts) == 1 or len(replicas) == 1:
+            answers = [(list(range(n)), _ask(queries, prompts, labels, range(n), replicas, next(iter(parts), "")))]
+        else:  # several groups in one call: each to its own replica, at once
+            with ThreadPoolExecutor(min(8, len(parts))) as pool:
+                futures = [
+                    (indices, pool.submit(_ask, queries, prompts, labels, indices, replicas, key))
+                    for key, indices in parts.items()
+                ]
+                answers = [(indices, future.result()) for indices, future in futures]
     except wire.RewardError as exc:  # OpenRLHF logs what reward_func raises at INFO only: say it loudly first
-        logger.error("mr-judge: no reward for %d samples from %s: %s", n, _endpoint(), exc)
+        logger.error("mr-judge: no reward for %d samples from %s: %s", n, ", ".join(replicas.urls), exc)
         raise
-    logs = answer.get("extra_logs") or {}
-    extra = {name: [float(v) for v in logs[name]] for name in ("judge_scored", "judge_group_size") if name in logs}
+    rewards: list[float] = [0.0] * n
+    extra: dict[str, list[float]] = {}
+    for indices, (values, logs) in answers:
+        for j, i in enumerate(indices):
+            rewards[i] = values[j]
+        for name, logged in logs.items():
+            extra.setdefault(name, [0.0] * n)
+            for j, i in enumerate(indices):
+                extra[name][i] = logged[j]
     return {
         "rewards": _tensor(rewards),
         "scores": _tensor(list(rewards)),
         "extra_logs": {name: _tensor(values) for name, values in extra.items()},
     }
+
+
+def _ask(
+    queries: list[str], prompts: list[str], labels: list[Any], indices: Any, replicas: Any, key: str
+) -> tuple[list[float], dict[str, list[float]]]:
+    """The rewards and logged values of the samples at `indices`, from one replica."""
+    indices = list(indices)
+    body = {
+        "query": [queries[i] for i in indices],
+        "prompts": [prompts[i] for i in indices],
+        "labels": [labels[i] for i in indices],
+    }
+    answer = _post(body, replicas, key)
+    try:
+        rewards = [float(r) for r in answer["rewards"]]
+        if len(rewards) != len(indices):
+            raise ValueError(f"{len(rewards)} rewards for {len(indices)} queries")
+        logs = answer.get("extra_logs") or {}
+        names = ("judge_scored", "judge_group_size")
+        extra = {name: [float(v) for v in logs[name]] for name in names if name in logs}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise wire.RewardUnavailable(f"unusable /get_reward answer ({exc}): {str(answer)[:200]}") from None
+    return rewards, extra

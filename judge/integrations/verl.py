@@ -47,11 +47,20 @@ reward_kwargs: `compute_score` takes `group_size`, `tournament` ("knockout" | "r
 8), `server_url` (instead of `$MRJUDGE_REWARD_URL`) and the retry policy's `timeout_s`, `max_retries`,
 `backoff_s`, `max_backoff_s` (`judge.reward_wire.RetryPolicy`); `compute_score_batch` takes `mode`,
 `tournament`, `max_options`, `server_url` and the retry keys. Unknown keys raise, naming the valid ones.
+
+Several replicas: `$MRJUDGE_REWARD_URL` (or `server_url`) may name several servers, comma-separated (or a
+list). `compute_score`'s one-sample calls come from many reward-loop workers and must meet on one server to
+be judged as a group, so each goes by its group's key (question, reference, images): every worker ranks the
+replicas the same way for that key (`judge.reward_wire.Replicas`, rendezvous hashing), and a replica that
+cannot be reached is passed over for the next one in that ranking, the same in every worker.
+`compute_score_batch` sends whole groups: each goes to the replica with the fewest requests outstanding.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import random
 import threading
@@ -62,7 +71,15 @@ from typing import Any
 from judge.reward_http import HttpJudgeReward, post_json
 from judge.reward_inputs import verl_sample
 from judge.reward_planner import fill_unscored, group_samples
-from judge.reward_wire import RetryPolicy, RewardUnavailable, check_keys, reward_server_url, server_api_key
+from judge.reward_wire import (
+    CONNECT_TIMEOUT_S,
+    Replicas,
+    RetryPolicy,
+    RewardUnavailable,
+    check_keys,
+    reward_server_urls,
+    server_api_key,
+)
 
 __all__ = ["NO_SIGNAL", "NO_SIGNAL_BATCH", "compute_score", "compute_score_batch"]
 
@@ -93,32 +110,53 @@ NO_SIGNAL_BATCH = (
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
 _clients_lock = threading.Lock()
 _unscored = {"count": 0, "calls": 0}
+_replicas: dict[tuple[str, ...], Replicas] = {}
 
 
-def _sample_options(kwargs: Mapping[str, Any]) -> tuple[str, RetryPolicy, int | None, str | None]:
+def _sample_options(kwargs: Mapping[str, Any]) -> tuple[list[str], RetryPolicy, int | None, str | None]:
     options = {k: v for k, v in kwargs.items() if k not in VERL_OWN}
     check_keys(options, SAMPLE_OPTIONS, "compute_score reward_kwargs")
-    url = reward_server_url(options.get("server_url"))
+    urls = reward_server_urls(_listed(options.get("server_url")))
     retry = RetryPolicy(**{k: options[k] for k in RetryPolicy.keys() if k in options})
     group_size = options.get("group_size")
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
         raise ValueError(f"reward_kwargs.group_size must be a positive integer (verl's rollout.n), got {group_size!r}")
-    return url, retry, group_size, options.get("tournament")
+    return urls, retry, group_size, options.get("tournament")
 
 
-def _client(url: str, retry: RetryPolicy) -> Any:
-    """One HTTP client per event loop (verl's reward-loop worker runs one), key and timeout."""
+def _listed(value: Any) -> Any:
+    """A Hydra `ListConfig` of addresses as a plain list (a string stays a string)."""
+    return value if value is None or isinstance(value, str) else [str(v) for v in value]
+
+
+def _endpoints(urls: list[str]) -> Replicas:
+    """The `/get_reward` replicas of these servers: one object per process, shared by its event loops."""
+    endpoints = tuple(get_reward_endpoint(u) for u in urls)
+    with _clients_lock:
+        return _replicas.setdefault(endpoints, Replicas(endpoints))
+
+
+def _client(retry: RetryPolicy) -> Any:
+    """One HTTP client per event loop (verl's reward-loop worker runs one), key and timeout, for every replica."""
     import httpx
 
     api_key = server_api_key()
-    key = (url, api_key, retry.timeout_s)
+    key = (api_key, retry.timeout_s)
     with _clients_lock:
         own = _clients.setdefault(asyncio.get_running_loop(), {})  # a client belongs to the loop it was made on
         client = own.get(key)
         if client is None or client.is_closed:
             headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-            client = own[key] = httpx.AsyncClient(timeout=retry.timeout_s, headers=headers)
+            timeout = httpx.Timeout(retry.timeout_s, connect=min(CONNECT_TIMEOUT_S, retry.timeout_s))
+            client = own[key] = httpx.AsyncClient(timeout=timeout, headers=headers)
         return client
+
+
+def group_key(question: str, reference: str | None, images: Sequence[Any], group_size: int) -> str:
+    """What the server groups a sample by (its question, reference and images, and the group's size), as the
+    key that routes it to a replica: equal for a prompt's samples in every worker."""
+    refs = [im if isinstance(im, str) else repr(im) for im in images]
+    return hashlib.sha256(json.dumps([question, reference, refs, group_size]).encode()).hexdigest()
 
 
 def get_reward_endpoint(url: str) -> str:
@@ -147,7 +185,7 @@ async def compute_score(
         RewardRefused: the server refused the sample (its message names the field: a missing image, ...).
         RewardUnavailable: the server could not be reached or kept failing after the retries.
     """
-    url, retry, group_size, tournament = _sample_options(kwargs)
+    urls, retry, group_size, tournament = _sample_options(kwargs)
     question, reference, images = verl_sample(solution_str, ground_truth, extra_info)
     if reference is None and (group_size or 1) < 2:
         raise ValueError(NO_SIGNAL.format(group_size=group_size))
@@ -159,7 +197,8 @@ async def compute_score(
     }
     if tournament:
         body["tournament"] = tournament
-    response = await post_json(_client(url, retry), get_reward_endpoint(url), body, retry, rng=random.Random())
+    key = group_key(question, reference, images, body["group_size"])
+    response = await post_json(_client(retry), _endpoints(urls), body, retry, key=key, rng=random.Random())
     try:
         answer = response.json()
         reward = float(answer["rewards"][0])
@@ -188,13 +227,13 @@ _lock = threading.Lock()
 
 def _rewarder(options: dict[str, Any]) -> HttpJudgeReward:
     """One reward function (and so one connection pool) per process and configuration."""
-    url = reward_server_url(options.pop("server_url", None))
+    urls = reward_server_urls(_listed(options.pop("server_url", None)))
     retry = RetryPolicy(**{k: options.pop(k) for k in RetryPolicy.keys() if k in options})
-    key = (url, server_api_key(), retry, tuple(sorted(options.items())))
+    key = (tuple(urls), server_api_key(), retry, tuple(sorted(options.items())))
     with _lock:
         if key not in _rewarders:
             _rewarders[key] = HttpJudgeReward(
-                url, reference_column="reference", image_columns=("images",), send_image_paths=True,
+                urls, reference_column="reference", image_columns=("images",), send_image_paths=True,
                 retry=retry, **options,
             )  # fmt: skip
         return _rewarders[key]

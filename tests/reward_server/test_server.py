@@ -142,6 +142,7 @@ METRICS = {
     # family (as prometheus_client's parser names it: a counter without `_total`) -> type
     "mrjudge_requests": "counter",
     "mrjudge_errors": "counter",
+    "mrjudge_refused_requests": "counter",
     "mrjudge_cancelled_requests": "counter",
     "mrjudge_stopped_batches": "counter",
     "mrjudge_judgments": "counter",

@@ -1,0 +1,52 @@
+"""The rule judge (`tests.support.scripted_judge`) behind a real OpenAI chat-completions server on loopback.
+
+What `vllm serve` is to `mrjudge serve --model http://…/v1`, for tests that need several judge endpoints
+and cannot afford a model each: it answers the judge's MC prompt for the candidate with the highest
+`score=N` tag, counts the requests it answered, and can be switched to answer 503 (`state["fail"] = True`).
+
+    with rule_openai_server() as (url, state): ...   # url: the /v1 root
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from reward_server.background import serve_in_thread
+from tests.support.scripted_judge import CANDIDATE, SCORE
+from tiny_world.servers.wire import chat_completion, last_message_text, serve_model_list
+
+MODEL_NAME = "rule-judge"
+
+
+def make_rule_openai_app(state: dict[str, Any]) -> FastAPI:
+    app = FastAPI()
+    serve_model_list(app, MODEL_NAME)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        if state.get("fail"):
+            return JSONResponse({"error": {"message": "overloaded", "type": "overloaded"}}, status_code=503)
+        state["requests"] = state.get("requests", 0) + 1
+        options = CANDIDATE.findall(last_message_text(body))
+        scores = [int(m.group(1)) if (m := SCORE.search(text)) else 0 for _, text in options]
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i)) if scores else 0
+        content = f"<think>highest score</think><answer>{string.ascii_uppercase[best]}</answer>"
+        choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        return JSONResponse(chat_completion(MODEL_NAME, choice, prompt_tokens=10, completion_tokens=5))
+
+    return app
+
+
+@contextmanager
+def rule_openai_server() -> Iterator[tuple[str, dict[str, Any]]]:
+    """The server on a free loopback port, in a thread; yields (its `/v1` root, its state)."""
+    state: dict[str, Any] = {"requests": 0}
+    with serve_in_thread(make_rule_openai_app(state), start_timeout_s=20) as root:
+        yield f"{root}/v1", state
