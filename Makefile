@@ -3,6 +3,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test` (tests/conftest.py keeps a module, and tests/vllm, on one worker)
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint clean vllm-env frameworks-env
 
@@ -27,7 +29,7 @@ frameworks-env: $(STAMP)  ## build (once) the cached install of verl, OpenRLHF a
 
 test: $(STAMP) vllm-env frameworks-env  ## lint, then the whole test suite (vLLM and framework tests must run)
 	$(VENV)/bin/ruff check .
-	MRJUDGE_REQUIRE_VLLM=1 MRJUDGE_REQUIRE_FRAMEWORKS=1 $(VENV)/bin/pytest
+	MRJUDGE_REQUIRE_VLLM=1 MRJUDGE_REQUIRE_FRAMEWORKS=1 $(VENV)/bin/pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -11,7 +11,9 @@
      machine weighs on both alike. `server_efficiency` = server_judgments_per_s / inprocess_judgments_per_s;
      `server_cpu_efficiency` compares judgments per CPU-second of each process (what the HTTP front costs,
      whatever share of the cores the machine leaves); `server_mean_batch_requests` and
-     `server_judge_busy_frac` (from the answers' timings) say whether batches were full and the judge busy.
+     `server_judge_busy_frac` (from the answers' timings) say whether batches were full and the judge busy;
+     `inprocess_judge_ms_per_batch` and `server_judge_ms_per_batch` time the judge call alone (the same full
+     batch), so a judge that runs slower beside the server's event loop (one GIL) shows there.
    - Batching: `--clients` clients for `--duration` s with dynamic batching, then with `--no-batching`.
    Judgments/s is answered MC items per second; latency is per request. The clients speak plain HTTP/1.1 on
    kept-alive sockets: httpx cost ~7 ms of CPU a request on the cores the server needs (it, not the server,
@@ -328,7 +330,7 @@ class InProcess:
         self.config = server_config_from(parsed)
         self.judge = served_judge(parsed, self.config)
         self.pixels, self.image = decode_range(self.judge), data_url(56, 0)
-        self.number = 0
+        self.number, self.judge_s = 0, 0.0
         self.batch()  # warm-up, as the server gets
 
     def batch(self) -> int:
@@ -343,16 +345,19 @@ class InProcess:
             decode_images(RewardWork([request]), self.pixels)
             requests.append(request)
         self.number += 1
-        return len(compute_rewards(self.judge, requests, max_options=self.config.max_candidates))
+        start = time.perf_counter()
+        answered = len(compute_rewards(self.judge, requests, max_options=self.config.max_candidates))
+        self.judge_s += time.perf_counter() - start
+        return answered
 
     def run(self, duration_s: float) -> dict:
-        answered, batches = 0, 0
+        answered, batches, self.judge_s = 0, 0, 0.0
         begin, cpu = time.perf_counter(), time.process_time()
         while time.perf_counter() - begin < duration_s:
             answered += self.batch()
             batches += 1
         return {"answered": answered, "batches": batches, "seconds": time.perf_counter() - begin,
-                "cpu_s": time.process_time() - cpu}  # fmt: skip
+                "cpu_s": time.process_time() - cpu, "judge_s": self.judge_s}  # fmt: skip
 
 
 def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int, rounds: int = 3) -> dict:
@@ -383,6 +388,11 @@ def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int, round
         "errors": sum(w["errors"] for w in served),
         "mean_batch_requests": answered / sum(w["answered"] / w["mean_batch_requests"] for w in served),
         "judge_busy_frac": sum(w["judge_busy_s"] for w in served) / seconds,
+        # the judge's own time per full batch, in process and in the server (where the event loop shares its GIL)
+        "inprocess_judge_ms_per_batch": 1000 * sum(w["judge_s"] for w in local) / sum(w["batches"] for w in local),
+        "server_judge_ms_per_batch": 1000
+        * sum(w["judge_busy_s"] for w in served)
+        / sum(w["answered"] / w["mean_batch_requests"] for w in served),
         "client_cpu_s_per_s": sum(w["client_cpu_s"] for w in served) / seconds,
         "server_cpu_s_per_s": sum(w["server_cpu_s"] for w in served) / seconds,
         "window_efficiency": [
@@ -777,6 +787,8 @@ def main() -> None:
                 "batched_mean_batch_requests": round(batched["mean_batch_requests"], 2),
                 "batched_judge_busy_frac": round(batched["judge_busy_s"] / batched["seconds"], 3),
                 "inprocess_cpu_s_per_s": round(saturated["inprocess_cpu_s_per_s"], 3),
+                "inprocess_judge_ms_per_batch": round(saturated["inprocess_judge_ms_per_batch"], 1),
+                "server_judge_ms_per_batch": round(saturated["server_judge_ms_per_batch"], 1),
             }
         )
     if not args.skip_faults:

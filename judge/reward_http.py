@@ -97,7 +97,7 @@ async def post_json(
                 response = await client.post(replicas.urls[replica], json=payload)
             except httpx.TransportError as exc:  # connection refused/reset, timeouts: the next replica, at once
                 failover.unreachable()
-                error = f"{where}{type(exc).__name__}: {exc or 'no detail'}"
+                error = f"{where}{type(exc).__name__}: {str(exc) or 'no detail'}"
                 continue
             except BaseException:  # cancelled: nothing learnt about the replica
                 failover.abandoned()

@@ -54,8 +54,32 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--backend-api-key", help="openai backend: key for the model server (default: $MRJUDGE_API_KEY)"
     )
+    parser.add_argument(
+        "--backend-extra-body",
+        type=json_object,
+        metavar="JSON",
+        help="openai backend: engine-specific fields sent with every request, a JSON object, e.g. vLLM's "
+        '\'{"min_tokens": 64, "ignore_eos": true}\' (every call then generates exactly --max-new-tokens tokens)',
+    )
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     parser.set_defaults(run=run)
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """`--backend-extra-body`'s value: a JSON object (argparse reports anything else as a bad flag value).
+
+    >>> json_object('{"min_tokens": 8, "ignore_eos": true}')
+    {'min_tokens': 8, 'ignore_eos': True}
+    """
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, got {type(value).__name__}")
+    return value
 
 
 def server_config_from(args: argparse.Namespace) -> Any:
@@ -90,6 +114,10 @@ def served_judge(args: argparse.Namespace, server_config: Any) -> Any:
             backend_kwargs["device"] = args.device
     if backend == "openai" and args.backend_api_key:
         backend_kwargs["api_key"] = args.backend_api_key
+    if args.backend_extra_body:
+        if backend != "openai":
+            raise ValueError("--backend-extra-body goes with an OpenAI-compatible server (--backend openai)")
+        backend_kwargs["extra_body"] = args.backend_extra_body
     backend_kwargs.update(base_options(args, args.model, backend))
     engine = loaded(ModelSpec(args.model, backend, backend_kwargs), what="the judge").build()
     return Judge(engine, judge_config)
