@@ -332,6 +332,16 @@ def test_text_negatives_change_exactly_one_character():
 
 # --- scene_reasoner ---------------------------------------------------------------------------------------
 
+# Two questions about SHAPES (the circle's colour; which side of the square it is on), their right answers,
+# and the wrong ones the reasoner tests offer beside them.
+COLOUR = Task("attribute", {"shape": 0, "attribute": "colour"})
+RED_CIRCLE = "The circle at the top left is red."
+BLUE_CIRCLE = "The circle at the top left is blue."
+RED_AND_COLD = "The circle at the top left is red, and red is cold."  # right, plus a made-up fact
+SIDE = Task("spatial", {"a": 0, "b": 1, "axis": "horizontal"})
+LEFT_OF = "The red circle is to the left of the blue square."
+RIGHT_OF = "The red circle is to the right of the blue square."
+
 
 def test_reasoner_picks_the_gold_answer_at_every_position():
     for i, item in enumerate(ITEMS):
@@ -355,13 +365,8 @@ def test_reasoner_is_a_function_of_scene_and_options():
 
 
 def test_reasoner_verdicts_name_the_difference():
-    task = Task("attribute", {"shape": 0, "attribute": "colour"})
-    options = [
-        "The circle at the top left is blue.",
-        "The circle is at the top left.",
-        "The circle at the top left is red.",
-    ]
-    out = scene_reasoner(SHAPES, task, "What colour is the circle?", options)
+    options = [BLUE_CIRCLE, "The circle is at the top left.", RED_CIRCLE]
+    out = scene_reasoner(SHAPES, COLOUR, "What colour is the circle?", options)
     assert out == (
         "<think>Image: a large red circle at the top left. A: says blue, but it is red, no. "
         "B: leaves out red, no. C: matches, yes.</think><answer>C</answer>"
@@ -400,11 +405,9 @@ def test_restate_style_decides_like_diff_style():
 
 
 def test_contrast_style_names_the_disputed_slot_in_letter_order():
-    task = Task("attribute", {"shape": 0, "attribute": "colour"})
-    right = "The circle at the top left is red."
-    out = scene_reasoner(SHAPES, task, "", [right.replace("red", "blue"), right], style="contrast")
+    out = scene_reasoner(SHAPES, COLOUR, "", [BLUE_CIRCLE, RED_CIRCLE], style="contrast")
     assert out == "<think>A says blue; B says red. Image: red. B is right.</think><answer>B</answer>"
-    added = scene_reasoner(SHAPES, task, "", [right, right[:-1] + ", and red is cold."], style="contrast")
+    added = scene_reasoner(SHAPES, COLOUR, "", [RED_CIRCLE, RED_AND_COLD], style="contrast")
     assert added == "<think>B adds red is cold, which is wrong. A is right.</think><answer>A</answer>"
 
 
@@ -419,49 +422,41 @@ def test_contrast_style_decides_like_diff_style():
 
 
 def test_pairs_style_puts_each_option_fact_beside_the_image_fact():
-    task = Task("attribute", {"shape": 0, "attribute": "colour"})
-    right = "The circle at the top left is red."
-    out = scene_reasoner(SHAPES, task, "", [right.replace("red", "blue"), right], style="pairs")
+    out = scene_reasoner(SHAPES, COLOUR, "", [BLUE_CIRCLE, RED_CIRCLE], style="pairs")
     assert out == (
         "<think>Image: circle top left red. A: circle-circle yes; top-top yes; left-left yes; blue-red no; so no. "
         "B: circle-circle yes; top-top yes; left-left yes; red-red yes; so yes.</think><answer>B</answer>"
     )
-    added = scene_reasoner(SHAPES, task, "", [right[:-1] + ", and red is cold.", right], style="pairs")
+    added = scene_reasoner(SHAPES, COLOUR, "", [RED_AND_COLD, RED_CIRCLE], style="pairs")
     assert "red-none no; cold-none no; so no. B:" in added and added.endswith("<answer>B</answer>")
 
 
 def test_keyed_style_puts_each_fact_right_after_its_kind_then_gives_diff_verdicts():
-    task = Task("spatial", {"a": 0, "b": 1, "axis": "horizontal"})
-    right = "The red circle is to the left of the blue square."
-    out = scene_reasoner(SHAPES, task, "", [right.replace("left", "right"), right], style="keyed")
+    out = scene_reasoner(SHAPES, SIDE, "", [RIGHT_OF, LEFT_OF], style="keyed")
     assert out == (
         "<think>Image: circle red, circle large, circle top left and square blue, square small, square bottom "
         "right, so the circle is to the left of the square. A: says to the right of, but it is to the left of, "
         "no. B: matches, yes.</think><answer>B</answer>"
     )
     # Only the image line differs from "diff": the verdicts and the choice are the same.
-    diff = scene_reasoner(SHAPES, task, "", [right.replace("left", "right"), right], style="diff")
+    diff = scene_reasoner(SHAPES, SIDE, "", [RIGHT_OF, LEFT_OF], style="diff")
     assert out.split(". A: ", 1)[1] == diff.split(". A: ", 1)[1]
 
 
 def test_checks_style_checks_each_fact_keyed_by_the_shape_it_is_about():
-    task = Task("spatial", {"a": 0, "b": 1, "axis": "horizontal"})
-    right = "The red circle is to the left of the blue square."
-    wrong = right.replace("blue", "green")
-    out = scene_reasoner(SHAPES, task, "", [wrong, right], style="checks")
-    keyed = scene_reasoner(SHAPES, task, "", [wrong, right], style="keyed")
+    wrong = LEFT_OF.replace("blue", "green")
+    out = scene_reasoner(SHAPES, SIDE, "", [wrong, LEFT_OF], style="checks")
+    keyed = scene_reasoner(SHAPES, SIDE, "", [wrong, LEFT_OF], style="keyed")
     assert out.split(" A: ", 1)[0] == keyed.split(" A: ", 1)[0]  # the keyed image line
     first = "circle red against red yes; circle against circle yes; to the left of against to the left of yes"
     assert out.split(" A: ", 1)[1] == (
         f"{first}; square green against blue no; square against square yes; so no. "
         f"B: {first}; square blue against blue yes; square against square yes; so yes.</think><answer>B</answer>"
     )
-    attribute = Task("attribute", {"shape": 0, "attribute": "colour"})
-    answer = "The circle at the top left is red."
-    added = scene_reasoner(SHAPES, attribute, "", [answer, answer[:-1] + ", and red is cold."], style="checks")
+    added = scene_reasoner(SHAPES, COLOUR, "", [RED_CIRCLE, RED_AND_COLD], style="checks")
     checked = "circle against circle yes; circle top left against top left yes"
     assert f"B: {checked}; circle red against red yes; red cold against none no; so no." in added
-    missing = scene_reasoner(SHAPES, attribute, "", ["The circle is at the top left.", answer], style="checks")
+    missing = scene_reasoner(SHAPES, COLOUR, "", ["The circle is at the top left.", RED_CIRCLE], style="checks")
     assert missing.startswith("<think>Image: circle red, circle large, circle top left. A: ")
     assert f"A: {checked}; circle none against red no; so no." in missing
 
@@ -481,9 +476,7 @@ def test_checks_style_decides_like_diff_style():
 
 
 def test_scene_style_describes_the_whole_picture_then_gives_diff_verdicts():
-    task = Task("attribute", {"shape": 0, "attribute": "colour"})
-    right = "The circle at the top left is red."
-    out = scene_reasoner(SHAPES, task, "", [right.replace("red", "blue"), right], style="scene")
+    out = scene_reasoner(SHAPES, COLOUR, "", [BLUE_CIRCLE, RED_CIRCLE], style="scene")
     assert out == (
         "<think>Image: Shapes: a large red circle at the top left; a small blue square at the bottom right. "
         "Text: none. A: says blue, but it is red, no. B: matches, yes.</think><answer>B</answer>"
@@ -498,8 +491,7 @@ def test_reasoner_styles_are_a_registry_and_an_unknown_name_lists_the_known_ones
 
     assert REASONER_STYLES == ("diff", "restate", "contrast", "pairs", "scene", "keyed", "checks")
     assert tuple(REASONERS) == REASONER_STYLES and reasoner_style("checks") is REASONERS["checks"]
-    task = Task("attribute", {"shape": 0, "attribute": "colour"})
     with pytest.raises(ValueError, match=r"one of \('diff', 'restate', .*'checks'\), got 'dif'"):
-        scene_reasoner(SHAPES, task, "", ["a", "b"], style="dif")
+        scene_reasoner(SHAPES, COLOUR, "", ["a", "b"], style="dif")
     with pytest.raises(ValueError, match="got 'dif'"):
         SceneReasoner("dif")  # a pipeline with a misspelt style fails before any batch runs

@@ -64,6 +64,15 @@ def hf_judge_backend(parrot_loaded):
     return TransformersBackend(parrot_loaded)
 
 
+@pytest.fixture
+def grader():
+    """The stand-in grader on loopback, never parsing a prediction that carries MMVET_JUNK: (its app, whose
+    `state.requests` records every call; its URL)."""
+    app = make_grader_app(junk_marker=MMVET_JUNK)
+    with serve(app) as url:
+        yield app, url
+
+
 class CountingBackend:
     """Passes requests through and counts them: proof that a resumed run calls nothing."""
 
@@ -244,12 +253,11 @@ def test_score_mmvet_counts_a_question_once_per_capability_and_rejects_bad_picks
 # -- the retry rule over HTTP --------------------------------------------------------------------------------
 
 
-def test_retry_rule_gives_zero_after_five_tries():
+def test_retry_rule_gives_zero_after_five_tries(grader):
+    app, url = grader
     question = _question()
     prediction = f"x = -1 or x = -5 {MMVET_JUNK}"
-    app = make_grader_app(junk_marker=MMVET_JUNK)
-    with serve(app) as url:
-        [grade] = grade_predictions(OpenAIBackend(url, model_name=MODEL_NAME), [(question, prediction)])
+    [grade] = grade_predictions(OpenAIBackend(url, model_name=MODEL_NAME), [(question, prediction)])
     assert grade == Grade(score=0.0, tries=5, raw=["N/A"] * 5, failed=True)
     sent = app.state.requests
     assert len(sent) == 5  # no sixth, unread call
@@ -279,6 +287,14 @@ def test_retry_rounds_are_batched_and_stop_at_the_first_parsed_grade():
 
 
 # -- whole runs --------------------------------------------------------------------------------------------
+
+
+def _run(judge_backend, dataset, grader_url: str, out: Path, **kwargs) -> dict:
+    """`run_mmvet` on the whole dataset: the two-order judge on `judge_backend`, the grader at `grader_url`."""
+    questions, candidates = dataset
+    return run_mmvet(
+        _judge(judge_backend), questions, candidates, OpenAIBackend(grader_url), out, show_progress=False, **kwargs
+    )
 
 
 def _check_run(out: Path, metrics: dict, questions: list[MMVetQuestion]) -> list[dict]:
@@ -317,23 +333,20 @@ def _check_run(out: Path, metrics: dict, questions: list[MMVetQuestion]) -> list
     return rows
 
 
-def test_run_mmvet_with_a_transformers_judge(dataset, hf_judge_backend, tmp_path):
-    questions, candidates = dataset
-    app = make_grader_app(junk_marker=MMVET_JUNK)
-    with serve(app) as url:
-        metrics = run_mmvet(
-            _judge(hf_judge_backend), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
-        )
+def test_run_mmvet_with_a_transformers_judge(dataset, hf_judge_backend, grader, tmp_path):
+    questions, _ = dataset
+    app, url = grader
+    metrics = _run(hf_judge_backend, dataset, url, tmp_path)
     assert len(app.state.requests) == N_GRADER_CALLS
     rows = _check_run(tmp_path, metrics, questions)
     votes = [v for row in rows for v in row["judge_votes"]]
     assert any(v is not None for v in votes)  # the parrot answers in the judge format
 
 
-def test_run_mmvet_with_an_openai_judge(dataset, parrot_loaded, tmp_path):
+def test_run_mmvet_with_an_openai_judge(dataset, parrot_loaded, grader, tmp_path):
     questions, candidates = dataset
-    grader_app = make_grader_app(junk_marker=MMVET_JUNK)
-    with serve(make_app(parrot_loaded)) as judge_url, serve(grader_app) as grader_url:
+    grader_app, grader_url = grader
+    with serve(make_app(parrot_loaded)) as judge_url:
         metrics = run_mmvet(
             _judge(make_backend(judge_url)),
             questions,
@@ -347,29 +360,25 @@ def test_run_mmvet_with_an_openai_judge(dataset, parrot_loaded, tmp_path):
     _check_run(tmp_path, metrics, questions)
 
 
-def test_a_rerun_resumes_without_any_call(dataset, hf_judge_backend, tmp_path):
-    questions, candidates = dataset
-    app = make_grader_app(junk_marker=MMVET_JUNK)
-    with serve(app) as url:
-        first = run_mmvet(
-            _judge(hf_judge_backend), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
-        )
-        assert len(app.state.requests) == N_GRADER_CALLS
-        report = (tmp_path / "report.md").read_text()
+def test_a_rerun_resumes_without_any_call(dataset, hf_judge_backend, grader, tmp_path):
+    app, url = grader
+    first = _run(hf_judge_backend, dataset, url, tmp_path)
+    assert len(app.state.requests) == N_GRADER_CALLS
+    report = (tmp_path / "report.md").read_text()
 
-        counting = CountingBackend(hf_judge_backend)
-        again = run_mmvet(_judge(counting), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False)
-        assert len(app.state.requests) == N_GRADER_CALLS  # no grader call repeated
-        assert counting.calls == 0  # no judge call repeated
-        assert again == first
-        assert (tmp_path / "report.md").read_text() == report
+    counting = CountingBackend(hf_judge_backend)
+    again = _run(counting, dataset, url, tmp_path)
+    assert len(app.state.requests) == N_GRADER_CALLS  # no grader call repeated
+    assert counting.calls == 0  # no judge call repeated
+    assert again == first
+    assert (tmp_path / "report.md").read_text() == report
 
-        # With the per-question results gone, the judge runs again but every grade comes from the cache.
-        (tmp_path / "predictions.jsonl").unlink()
-        third = run_mmvet(_judge(counting), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False)
-        assert len(app.state.requests) == N_GRADER_CALLS
-        assert counting.calls > 0
-        assert third == first  # greedy judge, same seed: same verdicts
+    # With the per-question results gone, the judge runs again but every grade comes from the cache.
+    (tmp_path / "predictions.jsonl").unlink()
+    third = _run(counting, dataset, url, tmp_path)
+    assert len(app.state.requests) == N_GRADER_CALLS
+    assert counting.calls > 0
+    assert third == first  # greedy judge, same seed: same verdicts
 
 
 class MumblingBackend:
@@ -381,12 +390,9 @@ class MumblingBackend:
         return [Generation("I cannot tell.") for _ in requests]
 
 
-def test_an_undecided_judge_falls_back_to_the_first_candidate(dataset, tmp_path):
-    questions, candidates = dataset
-    with serve(make_grader_app(junk_marker=MMVET_JUNK)) as url:
-        metrics = run_mmvet(
-            _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False
-        )
+def test_an_undecided_judge_falls_back_to_the_first_candidate(dataset, grader, tmp_path):
+    _, url = grader
+    metrics = _run(MumblingBackend(), dataset, url, tmp_path)
     assert metrics["unparsed"] == 4
     # No question had two parsed display orders: each counts as not consistent, by the one rule.
     assert (metrics["judge_consistency"], metrics["judge_consistency_undetermined"]) == (0.0, 4)
@@ -394,23 +400,15 @@ def test_an_undecided_judge_falls_back_to_the_first_candidate(dataset, tmp_path)
     assert "judge undecided (fell back to candidate 0): 4 of 4" in (tmp_path / "report.md").read_text()
 
 
-def test_num_runs_grades_every_candidate_again_and_a_rerun_adds_only_missing_runs(dataset, tmp_path):
-    questions, candidates = dataset
-    app = make_grader_app(junk_marker=MMVET_JUNK)
-    with serve(app) as url:
-        metrics = run_mmvet(
-            _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False,
-            num_runs=2, data_source="mm-vet.json",
-        )  # fmt: skip
-        assert len(app.state.requests) == 2 * N_GRADER_CALLS
-        assert metrics["grading_runs"] == 2 and metrics["first_total_runs"] == [0.5, 0.5]
-        assert metrics["first_total_std"] == 0.0  # a deterministic grader agrees with itself
-        assert {k: metrics[k] for k in FIRST} == pytest.approx(FIRST)
-        again = run_mmvet(
-            _judge(MumblingBackend()), questions, candidates, OpenAIBackend(url), tmp_path, show_progress=False,
-            num_runs=3, data_source="mm-vet.json",
-        )  # fmt: skip
-        assert len(app.state.requests) == 3 * N_GRADER_CALLS  # only the third run was asked
+def test_num_runs_grades_every_candidate_again_and_a_rerun_adds_only_missing_runs(dataset, grader, tmp_path):
+    app, url = grader
+    metrics = _run(MumblingBackend(), dataset, url, tmp_path, num_runs=2, data_source="mm-vet.json")
+    assert len(app.state.requests) == 2 * N_GRADER_CALLS
+    assert metrics["grading_runs"] == 2 and metrics["first_total_runs"] == [0.5, 0.5]
+    assert metrics["first_total_std"] == 0.0  # a deterministic grader agrees with itself
+    assert {k: metrics[k] for k in FIRST} == pytest.approx(FIRST)
+    again = _run(MumblingBackend(), dataset, url, tmp_path, num_runs=3, data_source="mm-vet.json")
+    assert len(app.state.requests) == 3 * N_GRADER_CALLS  # only the third run was asked
     assert again["first_total_runs"] == [0.5, 0.5, 0.5]
     assert again["data_rows"] == 4 and again["data_source"] == "mm-vet.json" and len(again["data_sha256"]) == 64
     report = (tmp_path / "report.md").read_text()

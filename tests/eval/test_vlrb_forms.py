@@ -16,11 +16,11 @@ from collections import defaultdict
 
 import pytest
 from fastapi import FastAPI, Request
-from mrjudge.cli import main
 
 from eval import vl_rewardbench as vlrb
 from eval.vl_rewardbench import VLRBConfig, official_predict
 from tests.eval.fixtures import _shown_answers
+from tests.support.vlrb import eval_vlrb, vlrb_metrics
 from tiny_world.bench_files import png_bytes as _png
 from tiny_world.servers.openai_server import serve
 
@@ -199,12 +199,6 @@ def github_run(tmp_path):
     return data, rows, items, judge, predictions, path
 
 
-def _score(data, predictions, out, *extra):
-    assert main(["eval", "vl-rewardbench", "--data", str(data), "--predictions", str(predictions),
-                 "--out", str(out), "--quiet", *extra]) == 0  # fmt: skip
-    return json.loads((out / "metrics.json").read_text())
-
-
 def test_github_jsonl_keeps_every_row_and_strips_image_tags(github_run):
     data, rows, items, judge, _, _ = github_run
     assert len(items) == len(ROWS) == 12
@@ -220,7 +214,7 @@ def test_github_jsonl_keeps_every_row_and_strips_image_tags(github_run):
 
 def test_cli_score_matches_calpy_by_hand_at_every_k(github_run, tmp_path):
     data, rows, _, _, predictions, path = github_run
-    metrics = _score(data, path, tmp_path / "scored")
+    metrics = vlrb_metrics(data, path, tmp_path / "scored")
     reference = calpy_reference(inference_lines(rows, predictions))
     assert (metrics["reading"], metrics["headline_k"], metrics["calls_per_item"]) == ("cal.py", 9, 10)
     for k, (overall, macro, _groups) in reference.items():
@@ -237,7 +231,7 @@ def test_cli_score_matches_calpy_by_hand_at_every_k(github_run, tmp_path):
 
 def test_all_calls_reading_is_the_named_option(github_run, tmp_path):
     data, _, items, _, predictions, path = github_run
-    metrics = _score(data, path, tmp_path / "all", "--reading", "all-calls")
+    metrics = vlrb_metrics(data, path, tmp_path / "all", "--reading", "all-calls")
     outcomes = [vlrb.item_outcome([c["outcome"] for c in p["calls"]]) for p in predictions]
     agree = sum(o == "agree" for o in outcomes)
     decided = agree + sum(o == "reject" for o in outcomes)
@@ -245,7 +239,7 @@ def test_all_calls_reading_is_the_named_option(github_run, tmp_path):
     assert metrics["unparsed"] == len(items) - decided
     assert metrics["overall_accuracy_unparsed_wrong"] == pytest.approx(agree / len(items))
     assert metrics["overall_accuracy_unparsed_coin"] == pytest.approx((agree + 0.5 * (len(items) - decided)) / 12)
-    cal = _score(data, path, tmp_path / "cal")
+    cal = vlrb_metrics(data, path, tmp_path / "cal")
     assert cal["all_calls_overall_accuracy"] == metrics["overall_accuracy"]
 
 
@@ -255,8 +249,8 @@ def test_hub_parquet_scores_the_same_calls_the_same_but_hashes_differently(githu
     items = vlrb.load_vl_rewardbench(parquet)
     assert [i.id for i in items][5] == "mathverse_3414#2" and isinstance(items[0].image, dict)
     assert items[0].query == "Describe the image."
-    from_jsonl = _score(data, path, tmp_path / "a")
-    from_parquet = _score(parquet, path, tmp_path / "b")
+    from_jsonl = vlrb_metrics(data, path, tmp_path / "a")
+    from_parquet = vlrb_metrics(parquet, path, tmp_path / "b")
     keys = [k for k in from_jsonl if k.startswith(("overall", "macro", "accuracy_")) and "_ci95_" not in k]
     assert {k: from_parquet[k] for k in keys} == {k: from_jsonl[k] for k in keys}
     assert from_parquet["data_sha256"] != from_jsonl["data_sha256"]
@@ -284,13 +278,13 @@ def test_data_sha256_changes_with_one_row_and_only_then(tmp_path):
 
 def test_bootstrap_interval_covers_the_estimate_and_is_reproducible(github_run, tmp_path):
     data, _, _, _, _, path = github_run
-    one = _score(data, path, tmp_path / "one")
-    two = _score(data, path, tmp_path / "two")
+    one = vlrb_metrics(data, path, tmp_path / "one")
+    two = vlrb_metrics(data, path, tmp_path / "two")
     for key in ("overall_accuracy", "macro_accuracy", "accuracy_hallucination"):
         low, high = one[f"{key}_ci95_low"], one[f"{key}_ci95_high"]
         assert low <= one[key] <= high and low < high
         assert (two[f"{key}_ci95_low"], two[f"{key}_ci95_high"]) == (low, high)
-    other = _score(data, path, tmp_path / "other", "--seed", "5")
+    other = vlrb_metrics(data, path, tmp_path / "other", "--seed", "5")
     assert other["bootstrap_seed"] == 5 and other["overall_accuracy"] == one["overall_accuracy"]
     assert "95 % CI" in (tmp_path / "one/report.md").read_text()
 
@@ -301,26 +295,11 @@ def test_predictions_file_with_repeated_ids_matches_rows_in_order(github_run, tm
     decisions = [i.preferred for i in items]
     decisions[5] = 1 - decisions[5]  # the second mathverse_3414 row is wrong, the first right
     preds.write_text("".join(json.dumps({"id": i.extra["id"], "pred": d}) + "\n" for i, d in zip(items, decisions)))
-    metrics = _score(data, preds, tmp_path / "user")
+    metrics = vlrb_metrics(data, preds, tmp_path / "user")
     assert metrics["reading"] == "decisions" and metrics["accuracy_reasoning"] == pytest.approx(3 / 4)
     assert metrics["accuracy_mathverse"] == 0.5
     preds.write_text(preds.read_text() + json.dumps({"id": "mathverse_3414", "pred": 0}) + "\n")
-    assert (
-        main(
-            [
-                "eval",
-                "vl-rewardbench",
-                "--data",
-                str(data),
-                "--predictions",
-                str(preds),
-                "--out",
-                str(tmp_path / "x"),
-                "--quiet",
-            ]
-        )
-        == 2
-    )  # fmt: skip  (a third row for a twice-seen id)
+    assert eval_vlrb(data, preds, tmp_path / "x") == 2  # a third row for a twice-seen id
 
 
 def test_llm_parse_reads_the_calls_the_regex_missed(github_run, tmp_path):
@@ -341,7 +320,7 @@ def test_llm_parse_reads_the_calls_the_regex_missed(github_run, tmp_path):
 
     junk = sum(c["outcome"] == "doesntMatch" for p in predictions for c in p["calls"])
     with serve(app) as url:
-        metrics = _score(data, path, tmp_path / "llm", "--llm-parse", url)
+        metrics = vlrb_metrics(data, path, tmp_path / "llm", "--llm-parse", url)
     assert junk > 0 and len(seen) == junk and metrics["llm_parsed_calls"] == junk
     assert seen[0]["max_tokens"] == 32 and seen[0]["temperature"] == 0.0
     assert seen[0]["messages"][0]["content"].startswith("\nYou are given a pairwise judgement for two responses.")
@@ -360,9 +339,8 @@ def test_llm_parse_reads_the_calls_the_regex_missed(github_run, tmp_path):
 
 def test_headline_k_is_one_of_calpys(github_run, tmp_path, capsys):
     data, _, _, _, _, path = github_run
-    assert _score(data, path, tmp_path / "k5", "--headline-k", "5")["overall_accuracy"] is not None
+    assert vlrb_metrics(data, path, tmp_path / "k5", "--headline-k", "5")["overall_accuracy"] is not None
     metrics = json.loads((tmp_path / "k5/metrics.json").read_text())
     assert metrics["headline_k"] == 5 and metrics["overall_accuracy"] == metrics["overall_accuracy_k5"]
-    assert main(["eval", "vl-rewardbench", "--data", str(data), "--predictions", str(path), "--out",
-                 str(tmp_path / "x"), "--headline-k", "4"]) == 2  # fmt: skip
+    assert eval_vlrb(data, path, tmp_path / "x", "--headline-k", "4") == 2
     assert "--headline-k 4" in capsys.readouterr().err

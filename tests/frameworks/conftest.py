@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.required import found_or_skip
+
 REPO = Path(__file__).resolve().parents[2]
 VERSIONS = {"verl": "0.9.1", "openrlhf": "0.11.2", "lmms_eval": "0.7.3"}
 """What constraints/frameworks.txt pins, and what the drivers check they imported."""
@@ -41,12 +43,7 @@ def frameworks_folder() -> Path:
 
 @pytest.fixture(scope="session")
 def frameworks_site() -> Path:
-    try:
-        return frameworks_folder() / "site"
-    except FileNotFoundError as exc:
-        if os.environ.get("MRJUDGE_REQUIRE_FRAMEWORKS") == "1":
-            pytest.fail(f"MRJUDGE_REQUIRE_FRAMEWORKS=1 but {exc}", pytrace=False)
-        pytest.skip(str(exc))
+    return found_or_skip(lambda: frameworks_folder() / "site", FileNotFoundError, "MRJUDGE_REQUIRE_FRAMEWORKS")
 
 
 @pytest.fixture(autouse=True)

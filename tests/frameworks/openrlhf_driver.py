@@ -18,6 +18,11 @@ Stand-ins, for what cannot run here:
   `execute` calls for one prompt), since `LLMRayActor` is a Ray actor around a vLLM engine;
 - the models: the KL term comes from the reference model, so each experience gets `kl = 0` (a policy equal
   to its reference); no actor, critic or Ray cluster is started.
+
+Each run also reports its reward calls (OpenRLHF's `_fetch_rewards_via_http` or `_fetch_rewards_via_func`,
+timed around as they are: seconds and how each ended), `first_reward_call_to_end_s` (from the first reward
+call until the step's advantages were computed or failed: how long a judge outage holds the step) and what
+OpenRLHF's executor logged (`openrlhf_logs`, its INFO line for a failed reward among them).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import logging
 import runpy
 import sys
+import time
 import traceback
 import types
 from typing import Any
@@ -146,6 +152,7 @@ def run_route(args: Any, processor: Any, responses: dict[str, list[str]], data_f
     prompts, labels, images, _ = _collect_prompt_batch(iter(loader), len(dataset))
 
     executor = SingleTurnAgentExecutor(args.reward.remote_url)
+    calls = _time_reward_calls(executor)
     engine = ScriptedEngine(processor, responses)
     params = types.SimpleNamespace(max_tokens=64, logprobs=None)  # vllm.SamplingParams: the fields execute reads
 
@@ -199,7 +206,32 @@ def run_route(args: Any, processor: Any, responses: dict[str, list[str]], data_f
         for row, experience in zip(rows_out, done):
             mask = experience.action_mask[0].bool()
             row["advantages"] = sorted({round(float(a), 6) for a in experience.advantages[0][mask]})
+    calls.sort(key=lambda c: c["at"])
+    if calls:
+        out["first_reward_call_to_end_s"] = round(time.monotonic() - calls[0]["at"], 3)
+    out["reward_calls"] = [{"s": round(c["s"], 3), "end": c["end"]} for c in calls]
     return out
+
+
+def _time_reward_calls(executor: Any) -> list[dict[str, Any]]:
+    """Wrap the executor's two reward clients (its HTTP route and its `.py` route) so that each call's start,
+    seconds and end (`ok`, or what it raised, which `execute` then catches) are recorded; nothing else changes."""
+    calls: list[dict[str, Any]] = []
+    for name in ("_fetch_rewards_via_http", "_fetch_rewards_via_func"):
+        fetch = getattr(executor, name)
+
+        async def timed(*args: Any, _fetch: Any = fetch) -> Any:
+            started = time.monotonic()
+            try:
+                result = await _fetch(*args)
+            except BaseException as exc:
+                calls.append({"at": started, "s": time.monotonic() - started, "end": f"{type(exc).__name__}: {exc}"})
+                raise
+            calls.append({"at": started, "s": time.monotonic() - started, "end": "ok"})
+            return result
+
+        setattr(executor, name, timed)
+    return calls
 
 
 def main() -> None:
@@ -211,12 +243,19 @@ def main() -> None:
     spec = json.loads(open(parser.parse_args().spec).read())
 
     logs: list[str] = []
+    framework_logs: list[str] = []
 
     class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            logs.append(f"{record.name} {record.levelname} {record.getMessage()}")
+        def __init__(self, into: list[str]) -> None:
+            super().__init__()
+            self.into = into
 
-    logging.getLogger("mrjudge").addHandler(Collect())
+        def emit(self, record: logging.LogRecord) -> None:
+            self.into.append(f"{record.name} {record.levelname} {record.getMessage()}")
+
+    logging.getLogger("mrjudge").addHandler(Collect(logs))
+    # OpenRLHF's loggers do not propagate (openrlhf.utils.logging_utils): the executor's own one, directly.
+    logging.getLogger("openrlhf.utils.agent").addHandler(Collect(framework_logs))
     from transformers import AutoProcessor
 
     import judge.backends.hf_compat  # noqa: F401 - registers the tiny VLM's image-only processor class
@@ -225,6 +264,7 @@ def main() -> None:
     out: dict[str, Any] = {"versions": {"openrlhf": importlib.metadata.version("openrlhf")}, "runs": {}}
     for run in spec["runs"]:
         logs.clear()
+        framework_logs.clear()
         args = parse_cli([*spec["flags"], "--reward.remote_url", run["remote_url"]])
         try:
             result = run_route(args, processor, spec["responses"], run["data"])
@@ -237,7 +277,7 @@ def main() -> None:
             "label_key": args.data.label_key,
             "estimator": args.algo.advantage.estimator,
         }
-        out["runs"][run["name"]] = {**result, "mrjudge_logs": list(logs)}
+        out["runs"][run["name"]] = {**result, "mrjudge_logs": list(logs), "openrlhf_logs": list(framework_logs)}
     print(json.dumps(out, default=str))
     sys.stdout.flush()
 

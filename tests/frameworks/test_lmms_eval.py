@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from mrjudge.cli import main
 
 from eval.vl_rewardbench import (
     call_outcome,
@@ -24,6 +23,7 @@ from eval.vl_rewardbench import (
     read_llm_answer,
 )
 from tests.frameworks.conftest import VERSIONS, run_driver
+from tests.support.vlrb import vlrb_metrics
 from tiny_world.bench_files import vlrb_rows, write_vlrb_jsonl
 
 
@@ -67,9 +67,7 @@ def both(frameworks_site, tmp_path_factory):
         "".join(json.dumps({"id": r["id"], "reply": t, "llm_answer": read_llm_answer(llm.get(t, "")) if t in llm else None}) + "\n"
                 for r, t in zip(rows, replies))
     )  # fmt: skip
-    assert main(["eval", "vl-rewardbench", "--data", str(data), "--predictions", str(preds), "--reading", "lmms-eval",
-                 "--out", str(root / "ours"), "--quiet"]) == 0  # fmt: skip
-    ours = json.loads((root / "ours" / "metrics.json").read_text())
+    ours = vlrb_metrics(data, preds, root / "ours", "--reading", "lmms-eval")
     return rows, replies, data, theirs, ours, root
 
 
@@ -106,9 +104,7 @@ def test_lmms_evals_own_sample_log_scores_the_same(both):
                             "resps": [[t]], "filtered_resps": [t]}) + "\n"
                 for i, (r, t) in enumerate(zip(rows, replies)))
     )  # fmt: skip
-    assert main(["eval", "vl-rewardbench", "--data", str(data), "--predictions", str(log), "--reading", "lmms-eval",
-                 "--out", str(root / "from-log"), "--quiet"]) == 0  # fmt: skip
-    from_log = json.loads((root / "from-log" / "metrics.json").read_text())
+    from_log = vlrb_metrics(data, log, root / "from-log", "--reading", "lmms-eval")
     # No model readings in lmms-eval's log: the reply it sent to gpt-4o-mini is a coin flip here instead.
     assert from_log["lmms_eval_coin_flips"] == 3 and from_log["lmms_eval_llm_read"] == 0
 
@@ -132,23 +128,7 @@ def test_the_cal_py_reading_of_the_same_replies_differs_where_the_docs_say(both)
             }
         )
     calls.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert (
-        main(
-            [
-                "eval",
-                "vl-rewardbench",
-                "--data",
-                str(data),
-                "--predictions",
-                str(calls),
-                "--out",
-                str(root / "calpy"),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    calpy = json.loads((root / "calpy" / "metrics.json").read_text())
+    calpy = vlrb_metrics(data, calls, root / "calpy")
     # cal.py: "Answer 3" counts as agree, the judgment inside <think> is read, regex misses leave the denominator.
     outcomes = [c["calls"][0]["outcome"] for c in lines]
     assert outcomes[2] == "agree" and outcomes[5] == "agree" and outcomes[3] == outcomes[4] == "doesntMatch"

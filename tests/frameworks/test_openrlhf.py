@@ -11,27 +11,30 @@ so a listwise reward is the softmax of the `score=N` each response carries over 
 from __future__ import annotations
 
 import json
-import math
 import re
 import statistics
 
 import pytest
-from PIL import Image
 
 from tests.frameworks.conftest import REPO, VERSIONS, run_driver
+from tests.support.framework_rollouts import (
+    IMAGES,
+    RESPONSES,
+    N,
+    dead_port,
+    image_colour,
+    listwise_rewards,
+    write_images,
+)
 from tests.support.reward_server import running
 from tests.support.scripted_judge import ScoredRuleBackend
 
-# One subprocess that imports OpenRLHF and runs three rollouts: ~10 s on 2 cores (not `slow`: under ~30 s).
+# One subprocess that imports OpenRLHF and runs four rollouts: ~15 s on 2 cores, 5 s of it OpenRLHF's own
+# retry loop against a dead server (not `slow`: under ~30 s).
 
-N = 4
-RED, BLUE = (220, 20, 20), (20, 20, 220)
-IMAGES = {"What colour is the picture?": "red.png", "Is the shape round?": "blue.png"}
-RESPONSES = {
-    "What colour is the picture?": ["It is red. score=9", "It is blue. score=2", "Green. score=5", "Red! score=7"],
-    "Is the shape round?": ["Yes. score=3", "No. score=8", "Maybe. score=1", "Round. score=4"],
-}
 PY_FILE = REPO / "judge" / "integrations" / "openrlhf.py"
+SLACK_S = 3.0
+"""Scheduling on 2 shared cores, beyond what the retry settings add up to; far below the next bound (180 s)."""
 
 
 def _prompts(path, allowed, label_image: dict[str, str]) -> str:
@@ -51,10 +54,7 @@ def _prompts(path, allowed, label_image: dict[str, str]) -> str:
 @pytest.fixture(scope="module")
 def openrlhf_runs(frameworks_site, tiny_vlm_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("openrlhf")
-    allowed = root / "images"
-    allowed.mkdir()
-    Image.new("RGB", (28, 28), RED).save(allowed / "red.png")
-    Image.new("RGB", (28, 28), BLUE).save(allowed / "blue.png")
+    allowed = write_images(root / "images")
     good = _prompts(root / "prompts.jsonl", allowed, IMAGES)
     typo = _prompts(root / "typo.jsonl", allowed, {q: f"nowhere/{i}" for q, i in IMAGES.items()})
     flags = [
@@ -72,16 +72,11 @@ def openrlhf_runs(frameworks_site, tiny_vlm_dir, tmp_path_factory):
                 {"name": "http", "remote_url": f"{url}/get_reward", "data": good},
                 {"name": "py", "remote_url": str(PY_FILE), "data": good},
                 {"name": "py_missing_image", "remote_url": str(PY_FILE), "data": typo},
+                {"name": "http_dead", "remote_url": f"http://127.0.0.1:{dead_port()}/get_reward", "data": good},
             ],
         }
         out, _ = run_driver(frameworks_site, "openrlhf_driver.py", spec, root, env={"MRJUDGE_REWARD_URL": url})
         yield out, backend
-
-
-def _softmax(scores: list[int]) -> list[float]:
-    top = max(scores)
-    weights = [math.exp(s - top) for s in scores]
-    return [w / sum(weights) for w in weights]
 
 
 @pytest.mark.parametrize("route", ["http", "py"])
@@ -104,8 +99,8 @@ def test_both_routes_give_listwise_rewards_through_openrlhfs_own_code(openrlhf_r
     for question, rows in by_prompt.items():
         assert sorted(r["response"] for r in rows) == sorted(RESPONSES[question])
         rewards = [r["reward"][0] for r in rows]
-        scores = [int(re.search(r"score=(\d+)", r["response"]).group(1)) for r in rows]
-        assert rewards == pytest.approx(_softmax(scores), abs=1e-6)  # one listwise verdict over the group
+        expected = listwise_rewards([r["response"] for r in rows])
+        assert rewards == pytest.approx(expected, abs=1e-6)  # one listwise verdict over the group
         # group_norm: (r - mean) / (std + 1e-9) within the prompt, on every action token (gamma 1, no KL).
         mean, std = statistics.fmean(rewards), statistics.stdev(rewards)
         for row, reward in zip(rows, rewards):
@@ -119,8 +114,7 @@ def test_the_judge_saw_each_prompts_group_and_its_label_image(openrlhf_runs):
     groups = [c for c in backend.shown if len(c["candidates"]) == N]
     assert len(groups) == 2 * 2 * 2  # two routes, two prompts, two display orders each
     for call in groups:
-        question = next(q for q, texts in RESPONSES.items() if set(call["candidates"]) == set(texts))
-        assert call["image_colours"] == [RED if IMAGES[question] == "red.png" else BLUE]
+        assert call["image_colours"] == [image_colour(call["candidates"])]
 
 
 def test_a_missing_image_is_raised_loudly_and_the_step_cannot_go_on(openrlhf_runs):
@@ -132,3 +126,41 @@ def test_a_missing_image_is_raised_loudly_and_the_step_cannot_go_on(openrlhf_run
     errors = [line for line in run["mrjudge_logs"] if line.startswith("mrjudge.openrlhf ERROR")]
     assert len(errors) == 2 * N
     assert all("HTTP 422" in e and "labels[0].images[0]" in e and "nowhere/" in e for e in errors)
+
+
+def _http_route_settings(site) -> dict[str, float]:
+    """OpenRLHF 0.11.2's own HTTP reward client, read from its source (`SingleTurnAgentExecutor.
+    _fetch_rewards_via_http`): its tries, the sleep after each failed one, and the timeout of each try."""
+    source = (site / "openrlhf" / "utils" / "agent.py").read_text()
+    client = source[source.index("async def _fetch_rewards_via_http") :]
+    tries = re.search(r"def _post_request\(url, data, try_max_times=(\d+)\)", client)
+    sleep = re.search(r"await asyncio\.sleep\(([\d.]+)\)", client)
+    timeout = re.search(r"aiohttp\.ClientTimeout\(total=(\d+)\)", client)
+    assert tries and sleep and timeout, "OpenRLHF's HTTP reward client changed: read it again"
+    return {"tries": int(tries.group(1)), "sleep_s": float(sleep.group(1)), "timeout_s": float(timeout.group(1))}
+
+
+def test_a_killed_server_ends_openrlhfs_http_route_in_bounded_time_without_rewards(openrlhf_runs, frameworks_site):
+    """The reward server killed (its port refuses connections) under OpenRLHF 0.11.2's own HTTP route: each
+    sample's request tries 5 times, sleeping 1 s after each (read from its source), then raises; the executor
+    logs that at INFO and leaves the sample without a reward, and computing the advantages fails. Nothing of
+    ours runs on this route. A server that accepts and never answers is not run: each try then waits out
+    `aiohttp.ClientTimeout(total=180)`, a constant in that function that no flag sets (5 x 180 + 5 s)."""
+    settings = _http_route_settings(frameworks_site)
+    assert settings == {"tries": 5, "sleep_s": 1.0, "timeout_s": 180.0}  # what docs/rewards.md states
+    # Refused connections fail at once, so only the sleeps count; the sleep closes the loop body, after the
+    # last try too (5 s, not 4: the lower bound checks it).
+    least = settings["tries"] * settings["sleep_s"]
+    run = openrlhf_runs[0]["runs"]["http_dead"]
+    assert "error" not in run, run
+    assert len(run["reward_calls"]) == 2 * N  # one per sample, concurrently
+    for call in run["reward_calls"]:
+        assert call["end"] == "RuntimeError: Request error for 5 times, returning None. Please check the API server."
+        assert least <= call["s"] <= least + SLACK_S, call
+    assert least <= run["first_reward_call_to_end_s"] <= least + SLACK_S
+    assert all(row["reward"] is None for row in run["rows"])
+    assert "advantages_error" in run  # the step cannot go on
+    tried = [line for line in run["openrlhf_logs"] if "Request error, please check: Cannot connect" in line]
+    assert len(tried) == settings["tries"] * 2 * N  # each try refused, logged at INFO
+    failed = [line for line in run["openrlhf_logs"] if "Failed to fetch reward from remote RM" in line]
+    assert len(failed) == 2 * N and all(line.startswith("openrlhf.utils.agent INFO ") for line in failed)

@@ -13,6 +13,10 @@ install (`scripts/frameworks_env.sh`); not a test module itself. Stand-ins, for 
   `AgentLoopWorker._compute_score` it inherits; this runs `AgentLoopWorker.generate_sequences`, the same
   reward call with verl's own padding and `rm_scores` assembly after it.
 
+`ActorHandle` also times each reward call and records how it ended (`reward_calls`), and each run reports
+`first_reward_call_to_end_s`: from the first reward call to the moment verl's `generate_sequences` returned
+or raised, which is how long a judge outage holds the rollout (the outage runs of `test_verl.py`).
+
 Everything else is verl's code: hydra composes `ppo_trainer.yaml` with the overrides given (the ones
 `mrjudge serve` prints among them), `RLHFDataset` reads the Parquet file, `RayPPOTrainer._get_gen_batch`
 and `DataProto.repeat` make the rollout batch, `SingleTurnAgentLoop` builds prompts, and
@@ -27,6 +31,7 @@ import json
 import os
 import random
 import sys
+import time
 import traceback
 import uuid
 from typing import Any
@@ -54,18 +59,30 @@ class ScriptedGenerator:
 
 
 class ActorHandle:
-    """Stands in for a Ray actor handle: `handle.compute_score.remote(data)` awaits the worker's method."""
+    """Stands in for a Ray actor handle: `handle.compute_score.remote(data)` awaits the worker's method. Each
+    call's start (monotonic), seconds and end (`ok`, or the exception) go into `record["calls"]`."""
 
-    def __init__(self, worker: Any) -> None:
+    def __init__(self, worker: Any, record: dict[str, list] | None = None) -> None:
         self.worker = worker
         self.calls = 0
         handle = self
+        calls = (record if record is not None else {}).setdefault("calls", [])
+
+        async def timed(data: Any) -> Any:
+            started = time.monotonic()
+            try:
+                result = await worker.compute_score(data)
+            except BaseException as exc:  # recorded, then verl's agent loop gets it as a Ray call would raise it
+                calls.append({"at": started, "s": time.monotonic() - started, "end": f"{type(exc).__name__}: {exc}"})
+                raise
+            calls.append({"at": started, "s": time.monotonic() - started, "end": "ok"})
+            return result
 
         class _Method:
             @staticmethod
             def remote(data: Any) -> Any:
                 handle.calls += 1
-                return worker.compute_score(data)
+                return timed(data)
 
         self.compute_score = _Method()
 
@@ -84,7 +101,9 @@ def compose(overrides: list[str]) -> Any:
     return config
 
 
-async def rollout(config: Any, responses: dict[str, list[str]], workers: int) -> dict[str, Any]:
+async def rollout(
+    config: Any, responses: dict[str, list[str]], workers: int, record: dict[str, list] | None = None
+) -> dict[str, Any]:
     import numpy as np
     from verl import DataProto
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -102,7 +121,7 @@ async def rollout(config: Any, responses: dict[str, list[str]], workers: int) ->
     gen_batch = gen_batch.repeat(repeat_times=config.actor_rollout_ref.rollout.n, interleave=True)
 
     random.seed(0)  # the agent loop picks a reward-loop worker per sample with random.choice
-    handles = [ActorHandle(RewardLoopWorker(config)) for _ in range(workers)]
+    handles = [ActorHandle(RewardLoopWorker(config), record) for _ in range(workers)]
     generator = ScriptedGenerator(tokenizer, responses)
     agent = AgentLoopWorker(config, llm_client=generator, reward_loop_worker_handles=handles)
     output = await agent.generate_sequences(gen_batch)
@@ -150,11 +169,17 @@ def main() -> None:
             "reward_manager": config.reward.reward_manager.name,
             "rollout_n": config.actor_rollout_ref.rollout.n,
         }
+        record: dict[str, list] = {"calls": []}
         try:
-            result = asyncio.run(rollout(config, run["responses"], run.get("workers", 2)))
+            result = asyncio.run(rollout(config, run["responses"], run.get("workers", 2), record))
         except Exception as exc:  # noqa: BLE001 - reported to the test, which decides
             traceback.print_exc()
             result = {"error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__}
+        ended = time.monotonic()
+        calls = sorted(record["calls"], key=lambda c: c["at"])
+        if calls:
+            result["first_reward_call_to_end_s"] = round(ended - calls[0]["at"], 3)
+        result["reward_calls"] = [{"s": round(c["s"], 3), "end": c["end"]} for c in calls]
         out["runs"][run["name"]] = {"config": read, **result}
     print(json.dumps(out, default=str))
     sys.stdout.flush()

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import logging
 import math
 import socket
-from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -21,6 +19,7 @@ from PIL import Image
 from judge.integrations import verl
 from judge.reward_planner import NEUTRAL_REWARD
 from judge.reward_wire import RewardRefused, RewardUnavailable
+from tests.support.integration_files import load_openrlhf_file
 from tests.support.reward_server import running
 from tests.support.scripted_judge import ScoredRuleBackend
 
@@ -124,16 +123,8 @@ def test_verl_batch_with_a_lone_rollout_and_no_reference_is_refused(env):
         )  # fmt: skip
 
 
-def _openrlhf():
-    path = Path(verl.__file__).with_name("openrlhf.py")
-    spec = importlib.util.spec_from_file_location("reward_func", path)  # as OpenRLHF loads it
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_openrlhf_file_raises_a_refusal_loudly(env, caplog):
-    module = _openrlhf()
+    module = load_openrlhf_file()
     with caplog.at_level(logging.ERROR, logger="mrjudge.openrlhf"):
         with pytest.raises(module.wire.RewardRefused, match=r"HTTP 422 \(field 'labels\[0\]\.images\[0\]'\)"):
             module.reward_func(["Q score=1"], ["Q"], ['{"images": ["nowhere.png"], "reference": "score=2"}'])
@@ -141,7 +132,7 @@ def test_openrlhf_file_raises_a_refusal_loudly(env, caplog):
 
 
 def test_openrlhf_file_raises_when_the_server_stays_unreachable(monkeypatch):
-    module = _openrlhf()
+    module = load_openrlhf_file()
     monkeypatch.setattr(module, "RETRY", dataclasses.replace(module.RETRY, max_retries=1, backoff_s=0.01))
     monkeypatch.setenv("MRJUDGE_REWARD_URL", "http://127.0.0.1:9")  # discard port: connection refused
     with pytest.raises(module.wire.RewardUnavailable, match="after 1 retries"):

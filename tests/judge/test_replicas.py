@@ -10,12 +10,10 @@ the OpenAI backend and `mrjudge serve --model A,B` against two OpenAI-compatible
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import math
 import random
 import socket
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,6 +26,7 @@ from judge.reward_spec import reward_spec
 from judge.reward_wire import Failover, Replicas, RetryPolicy, reward_server_urls, server_urls
 from judge.types import MCItem
 from reward_server.background import serve_in_thread
+from tests.support.integration_files import load_openrlhf_file
 from tests.support.reward_app import fresh_state, make_reward_app
 from tests.support.reward_server import mrjudge_serve, running
 from tests.support.rule_openai import rule_openai_server
@@ -287,17 +286,9 @@ def test_verl_samples_of_a_prompt_meet_on_one_replica(two_judges, with_a_dead_re
     assert [len(b.shown) for b in backends] == [8, 8]  # each replica the 4 prompts ranked to it
 
 
-def _openrlhf():
-    path = Path(verl.__file__).with_name("openrlhf.py")
-    spec = importlib.util.spec_from_file_location("reward_func", path)  # as OpenRLHF loads it
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_openrlhf_file_sends_each_prompts_samples_to_one_replica_and_skips_a_dead_one(two_judges, monkeypatch):
     urls, backends = two_judges
-    module = _openrlhf()
+    module = load_openrlhf_file()
     named = [urls[0], dead_url(), urls[1]]
     endpoints, live = [module._endpoint(u) for u in named], [module._endpoint(u) for u in urls]
     numbers = _spread(endpoints, live, lambda p: module._sample_key(f"P{p}: ", ""), 8)

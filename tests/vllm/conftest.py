@@ -9,13 +9,13 @@ these tests skip with a message saying how to build it, except where `MRJUDGE_RE
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from judge.backends.vllm_local import REPO, VLLMServer, VLLMUnavailable, python_env, vllm_venv
+from tests.support.required import found_or_skip
 
 SERVED_NAME = "tiny-judge"
 LOGPROB_ATOL = 1e-4
@@ -42,12 +42,7 @@ SERVE_ARGS = [
 
 @pytest.fixture(scope="session")
 def vllm_venv_dir() -> Path:
-    try:
-        return vllm_venv()
-    except VLLMUnavailable as exc:
-        if os.environ.get("MRJUDGE_REQUIRE_VLLM") == "1":
-            pytest.fail(f"MRJUDGE_REQUIRE_VLLM=1 but {exc}", pytrace=False)
-        pytest.skip(str(exc))
+    return found_or_skip(vllm_venv, VLLMUnavailable, "MRJUDGE_REQUIRE_VLLM")
 
 
 @pytest.fixture(autouse=True)
