@@ -41,8 +41,8 @@
     python benchmarks/server_load.py --skip-throughput --skip-faults --hostile-duration 10   # the hostile run
 
 Every server's stderr goes to a file (`start_server`), never a pipe nobody drains. Run time: the bare run took
-262 s on 2 shared cores (load average 1.8-5.3): the 20 s efficiency run and two 20 s throughput runs, each with
-its server's start, the 10,000-request fault run at 120 requests/s, and two 20 s hostile phases. Prints one
+237 s on 2 shared cores: the 20 s efficiency run and two 20 s throughput runs, each with its server's start, the
+10,000-request fault run at 164 requests/s, and two 20 s hostile phases. Prints one
 JSON line.
 """
 

@@ -76,6 +76,15 @@ class ServerConfig:
     body_timeout_s: float = field(
         default=30.0, metadata={"help": "time to receive a whole request body; then 408 (slow-body clients)"}
     )
+    switch_interval_ms: float = field(
+        default=20.0,
+        metadata={
+            "help": "the server process's GIL switch interval (Python's default is 5): the judge thread and the "
+            "event loop share one GIL, and a longer interval lets the judge run its batches with fewer forced "
+            "hand-overs (a tiny CPU judge at saturation: ~4 % more judgments/s); the loop then waits up to this "
+            "long while the judge runs pure Python"
+        },
+    )
 
     # Logging
     log_interval_s: float = field(
@@ -197,7 +206,7 @@ class ServerConfig:
             raise ValueError(f"need group_size >= 1 ({self.group_size}) and group_wait_s > 0 ({self.group_wait_s})")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms ({self.max_wait_ms}) must be >= 0")
-        for name in ("request_timeout_s", "shutdown_grace_s", "body_timeout_s", "log_interval_s"):
+        for name in ("request_timeout_s", "shutdown_grace_s", "body_timeout_s", "log_interval_s", "switch_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be > 0")
         if not 2 <= self.max_candidates <= 26:

@@ -44,6 +44,9 @@ def run_server(app: Any, config: ServerConfig, *, log_level: str = "info", sock:
                 self.watchdog.daemon = True
                 self.watchdog.start()
 
+    # The judge thread and the event loop share one GIL; at Python's 5 ms a thread waiting for it makes the
+    # holder drop it within 5 ms, so every wake-up of the loop cut into the judge's Python-bound batches.
+    sys.setswitchinterval(config.switch_interval_ms / 1000)
     drain_s = max(0.5, config.shutdown_grace_s - SHUTDOWN_RESERVE_S)
     uvicorn_config = uvicorn.Config(
         app,

@@ -1,0 +1,35 @@
+"""`run_server`'s process settings: the GIL switch interval the judge thread and the event loop share."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from reward_server import ServerConfig
+from reward_server.run import run_server
+
+
+def test_the_server_process_gets_the_configured_switch_interval(monkeypatch):
+    import uvicorn
+
+    seen: list[float] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: seen.append(sys.getswitchinterval()))
+    monkeypatch.setattr("reward_server.run._log_to_stderr", lambda level, interval_s: None)  # logging left as is
+    before = sys.getswitchinterval()
+    try:
+        run_server(object(), ServerConfig(switch_interval_ms=30.0), log_level="warning")
+        assert seen == [pytest.approx(0.030)]
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_the_switch_interval_is_a_serve_flag_and_must_be_positive():
+    from mrjudge.cli import build_parser
+    from mrjudge.serve_cmd import server_config_from
+
+    args = build_parser().parse_args(["serve", "--model", "m", "--switch-interval-ms", "50"])
+    assert server_config_from(args).switch_interval_ms == 50.0
+    assert ServerConfig().switch_interval_ms == 20.0
+    with pytest.raises(ValueError, match=r"switch_interval_ms \(0\.0\) must be > 0"):
+        ServerConfig(switch_interval_ms=0.0)
