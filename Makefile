@@ -3,7 +3,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# pytest-xdist workers for `make test` (tests/conftest.py keeps a module, and tests/vllm, on one worker)
+# pytest-xdist workers for `make test` (tests/conftest.py keeps a module, tests/vllm and tests/frameworks whole)
 TEST_WORKERS ?= 2
 
 .PHONY: demo test lint clean vllm-env frameworks-env

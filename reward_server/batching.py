@@ -102,8 +102,9 @@ class JudgeThread:
         if self._jobs is None:
             self._jobs = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(self._jobs,), name="mrjudge-judge", daemon=True).start()
-        future = asyncio.get_running_loop().create_future()
-        self._jobs.put((asyncio.get_running_loop(), future, fn, args))
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._jobs.put((loop, future, fn, args))
         return future
 
     def abandon(self) -> None:
