@@ -221,8 +221,8 @@ def plot(path: Path, arms: dict[str, dict[str, Any]], title: str) -> Path:
         path,
         {
             "overall": {k: 100 * f["accuracy"] for k, f in arms.items()},
-            "image flaws": {k: 100 * (f["image_flaws"] or 0) for k, f in arms.items()},
-            "text flaws": {k: 100 * (f["text_flaws"] or 0) for k, f in arms.items()},
+            "image flaws": {k: None if f["image_flaws"] is None else 100 * f["image_flaws"] for k, f in arms.items()},
+            "text flaws": {k: None if f["text_flaws"] is None else 100 * f["text_flaws"] for k, f in arms.items()},
             "consistency": {k: 100 * f["consistency"] for k, f in arms.items()},
         },
         title=title,
@@ -260,8 +260,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         grpo_figures.append(figures_of(report, verdicts))
         runs.append(run)
         print(f"grpo seed {seed}: {grpo_figures[-1]} in {run['wall_s']:.0f} s", file=sys.stderr)
-    mean = {
-        key: round(sum(f[key] for f in grpo_figures) / len(grpo_figures), 4)
+    mean = {  # a flaw share is None where the report set has no such pair
+        key: round(sum(values) / len(values), 4)
+        if (values := [f[key] for f in grpo_figures if f[key] is not None])
+        else None
         for key in ("accuracy", "image_flaws", "text_flaws", "consistency")
     }
     arms["grpo"] = mean

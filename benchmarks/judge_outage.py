@@ -39,6 +39,7 @@ restarted replica answered, from its `/metrics`); `seconds`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -190,8 +191,7 @@ def run_scenario(
     try:
         for replica in replicas:
             replica.start()
-        retry = {"max_retries": RETRY.max_retries, "backoff_s": RETRY.backoff_s,
-                 "max_backoff_s": RETRY.max_backoff_s, "timeout_s": RETRY.timeout_s}  # fmt: skip
+        retry = dataclasses.asdict(RETRY)
         config = load_config(
             JudgePolicyGRPOConfig,
             ROOT / "configs" / "policy_grpo_qwen2_5_vl_7b.yaml",
@@ -274,12 +274,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "policy": "tiny Qwen2 LM (random init), 8 completions a step (2 prompts x 4), 8 new tokens",
         "judge": "instant rule judge behind reward_server.run.run_server, one subprocess per replica",
-        "retry": {
-            "max_retries": RETRY.max_retries,
-            "backoff_s": RETRY.backoff_s,
-            "max_backoff_s": RETRY.max_backoff_s,
-            "timeout_s": RETRY.timeout_s,
-        },  # fmt: skip
+        "retry": dataclasses.asdict(RETRY),
         "runs": {},
     }
     with tempfile.TemporaryDirectory() as folder:

@@ -283,6 +283,8 @@ async def load(base: str, clients: int, duration_s: float, image: str) -> dict:
     elapsed, client_cpu = time.perf_counter() - begin, time.process_time() - cpu
     batches = sum(1 / size for _, size in batch_shares)
     return {
+        "latencies_ms": latencies,
+        "batches": batches,
         "judgments_per_s": len(latencies) / elapsed,
         "p50_ms": percentile(latencies, 0.5),
         "p99_ms": percentile(latencies, 0.99),
@@ -383,16 +385,14 @@ def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int, round
         "inprocess_judgments_per_s": sum(w["answered"] for w in local) / sum(w["seconds"] for w in local),
         "server_judgments_per_s": answered / seconds,
         "inprocess_cpu_s_per_s": sum(w["cpu_s"] for w in local) / sum(w["seconds"] for w in local),
-        "p50_ms": percentile([w["p50_ms"] for w in served], 0.5),
-        "p99_ms": max(w["p99_ms"] for w in served),
+        "p50_ms": percentile([ms for w in served for ms in w["latencies_ms"]], 0.5),
+        "p99_ms": percentile([ms for w in served for ms in w["latencies_ms"]], 0.99),
         "errors": sum(w["errors"] for w in served),
-        "mean_batch_requests": answered / sum(w["answered"] / w["mean_batch_requests"] for w in served),
+        "mean_batch_requests": answered / sum(w["batches"] for w in served),
         "judge_busy_frac": sum(w["judge_busy_s"] for w in served) / seconds,
         # the judge's own time per full batch, in process and in the server (where the event loop shares its GIL)
         "inprocess_judge_ms_per_batch": 1000 * sum(w["judge_s"] for w in local) / sum(w["batches"] for w in local),
-        "server_judge_ms_per_batch": 1000
-        * sum(w["judge_busy_s"] for w in served)
-        / sum(w["answered"] / w["mean_batch_requests"] for w in served),
+        "server_judge_ms_per_batch": 1000 * sum(w["judge_busy_s"] for w in served) / sum(w["batches"] for w in served),
         "client_cpu_s_per_s": sum(w["client_cpu_s"] for w in served) / seconds,
         "server_cpu_s_per_s": sum(w["server_cpu_s"] for w in served) / seconds,
         "window_efficiency": [

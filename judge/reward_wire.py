@@ -47,7 +47,7 @@ __all__ = [
     "check_keys",
     "is_retryable",
     "retry_after_s",
-    "reward_server_url",
+    "get_reward_endpoint",
     "reward_server_urls",
     "server_api_key",
     "server_urls",
@@ -87,14 +87,6 @@ def server_api_key(env: str = API_KEY_ENV) -> str | None:
     return os.environ.get(env) or None
 
 
-def reward_server_url(explicit: str | None = None) -> str:
-    """`explicit`, else `$MRJUDGE_REWARD_URL`; a missing address fails with what to set."""
-    url = (explicit or os.environ.get(REWARD_URL_ENV, "")).strip()
-    if not url:
-        raise RuntimeError(f"set {REWARD_URL_ENV} to the reward server's address (`mrjudge serve` prints it on start)")
-    return url
-
-
 def server_urls(value: str | Sequence[str] | None) -> list[str]:
     """Server addresses from a list, or a comma-separated string; each stripped, empty entries left out.
 
@@ -121,6 +113,18 @@ def reward_server_urls(explicit: str | Sequence[str] | None = None) -> list[str]
             "prints it on start)"
         )
     return urls
+
+
+def get_reward_endpoint(url: str) -> str:
+    """`/get_reward` on the server's root, `/v1` root or a full endpoint URL.
+
+    >>> get_reward_endpoint("http://judge:8000/v1"), get_reward_endpoint("http://judge:8000/get_reward")
+    ('http://judge:8000/get_reward', 'http://judge:8000/get_reward')
+    """
+    url = url.rstrip("/")
+    if url.endswith("/get_reward"):
+        return url
+    return url.removesuffix("/v1/reward").removesuffix("/v1") + "/get_reward"
 
 
 def check_keys(values: Any, valid: Sequence[str], what: str) -> None:

@@ -56,7 +56,7 @@ class ServerConfig:
         default=10.0,
         metadata={
             "help": "how long a batch waits for the next request to join, from its first request and then from "
-            "each that joins (in all at most 4 times this); it closes at once when full"
+            "each that joins (in all at most 10 times this, `LINGER`); it closes at once when full"
         },
     )
     max_queue: int = field(

@@ -26,7 +26,8 @@ ONE_WORKER_FOLDERS = ("tests/vllm/", "tests/frameworks/")
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # Before torch is imported: each worker (and the processes it starts) gets its share of the cores, since
     # OpenMP threads over the core count spin against each other (a 2-core GRPO step was 15x slower).
-    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _share = max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 
 
@@ -38,9 +39,14 @@ def _scope(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's `loadscope` with `_scope` for its unit of work (its `loadgroup` marks are lost on pytest 9:
-    it renames `item._nodeid`, which pytest 9 no longer reads)."""
+    """`-n N` (xdist's `load`): its `loadscope` with `_scope` for its unit of work, in collection order (its
+    `loadgroup` marks are lost on pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads). Any
+    other `--dist` is xdist's own."""
+    if config.getoption("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # it would put the largest scopes first, tests/vllm among the last
 
     class FolderScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

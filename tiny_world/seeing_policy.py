@@ -61,7 +61,7 @@ def train_seeing_policy(
     seed: int = 1,
     warmup_steps: int = 600,
     sft_max_steps: int = 400,
-    sft_learning_rate: float = 1e-3,
+    sft_learning_rate: float = 3e-3,
     shaded: bool = True,
     correct_share: float = 1.0,
     progress: Any = None,
@@ -97,7 +97,13 @@ def train_seeing_policy(
     warm_s = time.perf_counter() - start
     start = time.perf_counter()
     config = sft_config(
-        out / "seeing", files["sft"], out / "sft", max_steps=sft_max_steps, seed=seed, freeze_vision=True
+        out / "seeing",
+        files["sft"],
+        out / "sft",
+        max_steps=sft_max_steps,
+        learning_rate=sft_learning_rate,
+        seed=seed,
+        freeze_vision=True,
     )
     run_recipe(wrap_build(build_sft_trainer) if wrap_build else build_sft_trainer, config)
     return {

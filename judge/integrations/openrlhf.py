@@ -84,16 +84,9 @@ _replicas: dict[tuple[str, ...], Any] = {}
 _replicas_lock = threading.Lock()
 
 
-def _endpoint(url: str) -> str:
-    url = url.rstrip("/")
-    if url.endswith("/get_reward"):
-        return url
-    return url.removesuffix("/v1") + "/get_reward"
-
-
 def _endpoints() -> Any:
     """The `/get_reward` replicas `$MRJUDGE_REWARD_URL` names (one `Replicas` per process and set of addresses)."""
-    endpoints = tuple(_endpoint(url) for url in wire.reward_server_urls())
+    endpoints = tuple(wire.get_reward_endpoint(url) for url in wire.reward_server_urls())
     with _replicas_lock:
         return _replicas.setdefault(endpoints, wire.Replicas(endpoints))
 
@@ -154,11 +147,14 @@ def _post(body: dict[str, Any], replicas: Any, key: str) -> dict[str, Any]:
         except BaseException:
             failover.abandoned()
             raise
-        failover.answered(200)
         try:
-            return json.loads(raw)
-        except ValueError as exc:  # a 200 that is not JSON: the server's fault, retried like one
+            answer = json.loads(raw)
+        except ValueError as exc:  # a 200 that is not JSON: the server's fault, retried (same replica) like a 502
+            failover.answered(502)
             error = f"{where}{type(exc).__name__}: {exc}"
+            continue
+        failover.answered(200)
+        return answer
     raise failover.gave_up(error)
 
 

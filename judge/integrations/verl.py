@@ -77,6 +77,7 @@ from judge.reward_wire import (
     RetryPolicy,
     RewardUnavailable,
     check_keys,
+    get_reward_endpoint,
     reward_server_urls,
     server_api_key,
 )
@@ -157,18 +158,6 @@ def group_key(question: str, reference: str | None, images: Sequence[Any], group
     key that routes it to a replica: equal for a prompt's samples in every worker."""
     refs = [im if isinstance(im, str) else repr(im) for im in images]
     return hashlib.sha256(json.dumps([question, reference, refs, group_size]).encode()).hexdigest()
-
-
-def get_reward_endpoint(url: str) -> str:
-    """`/get_reward` on the server's root, `/v1` root or a full endpoint URL.
-
-    >>> get_reward_endpoint("http://judge:8000/v1"), get_reward_endpoint("http://judge:8000/get_reward")
-    ('http://judge:8000/get_reward', 'http://judge:8000/get_reward')
-    """
-    url = url.rstrip("/")
-    if url.endswith("/get_reward"):
-        return url
-    return url.removesuffix("/v1/reward").removesuffix("/v1") + "/get_reward"
 
 
 async def compute_score(

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import time
 
 import torch
-from fastapi import FastAPI, Request
-from fastapi.responses import PlainTextResponse
 
 from benchmarks.equal_work import GenerateCounter, force_in_folder, vllm_extra_body, vllm_generation_tokens
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.openai_http import OpenAIBackend
 from judge.models import load_model
+from tests.support.fake_vllm import recording_vllm
 from tiny_world.servers.openai_server import serve
 
 
@@ -44,33 +42,10 @@ def test_force_in_folder_reaches_every_later_load(tiny_lm_dir, tmp_path):
     assert model.generate(input_ids=ids, max_new_tokens=6, do_sample=False).shape[1] == 4 + 6
 
 
-def _recording_app(seen: list[dict], generated: list[float]) -> FastAPI:
-    """A loopback stand-in for vLLM's server: records request bodies, serves a token counter on /metrics."""
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> dict:
-        body = await request.json()
-        seen.append(body)
-        generated[0] += body.get("max_tokens", 0)
-        message = {"role": "assistant", "content": "<think>ok</think><answer>A</answer>"}
-        return {"id": "x", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "length"}]}  # fmt: skip
-
-    @app.get("/metrics")
-    def metrics() -> PlainTextResponse:
-        lines = ["# TYPE vllm:generation_tokens_total counter",
-                 f'vllm:generation_tokens_total{{engine="0",model_name="judge"}} {generated[0]}',
-                 'vllm:generation_tokens_created{engine="0",model_name="judge"} 1.7e9']  # fmt: skip
-        return PlainTextResponse("\n".join(lines) + "\n")
-
-    return app
-
-
 def test_openai_backend_sends_the_forced_length_and_the_server_counter_is_read():
     seen: list[dict] = []
     generated = [0.0]
-    with serve(_recording_app(seen, generated)) as url:
+    with serve(recording_vllm(seen, generated)) as url:
         backend = OpenAIBackend(url, model_name="judge", top_logprobs=0, extra_body=vllm_extra_body(12))
         before = vllm_generation_tokens(url)
         texts = backend.generate([ChatRequest.user("Pick one."), ChatRequest.user("Again.")], SamplingParams(12))

@@ -11,18 +11,8 @@ from mrjudge.serve_cmd import served_judge, server_config_from
 
 from benchmarks.server_vllm_latency import ORDERS, measure, serve_argv
 from judge.backends.vllm_local import free_port
-from tests.benchmarks.test_equal_work import _recording_app
+from tests.support.fake_vllm import recording_vllm
 from tiny_world.servers.openai_server import serve
-
-
-def _fake_vllm(seen: list[dict], generated: list[float]):
-    app = _recording_app(seen, generated)
-
-    @app.get("/v1/models")
-    def models() -> dict:
-        return {"object": "list", "data": [{"id": "judge", "object": "model", "created": 0, "owned_by": "me"}]}
-
-    return app
 
 
 def test_both_sides_send_the_forced_length_and_every_figure_is_reported():
@@ -31,7 +21,7 @@ def test_both_sides_send_the_forced_length_and_every_figure_is_reported():
     seen: list[dict] = []
     generated = [0.0]
     args = argparse.Namespace(requests=2, warmup=1, max_new_tokens=5, image_size=28, no_batching=False, seed=0)
-    with serve(_fake_vllm(seen, generated)) as url:
+    with serve(recording_vllm(seen, generated)) as url:
         result = measure(url, free_port(), args)
     per_side = (args.warmup + args.requests) * ORDERS
     assert len(seen) == 2 * per_side

@@ -159,7 +159,7 @@ def test_a_killed_server_ends_openrlhfs_http_route_in_bounded_time_without_rewar
         assert least <= call["s"] <= least + SLACK_S, call
     assert least <= run["first_reward_call_to_end_s"] <= least + SLACK_S
     assert all(row["reward"] is None for row in run["rows"])
-    assert "advantages_error" in run  # the step cannot go on
+    assert run["advantages_error"].startswith("AttributeError: 'NoneType' object")  # the step cannot go on
     tried = [line for line in run["openrlhf_logs"] if "Request error, please check: Cannot connect" in line]
     assert len(tried) == settings["tries"] * 2 * N  # each try refused, logged at INFO
     failed = [line for line in run["openrlhf_logs"] if "Failed to fetch reward from remote RM" in line]

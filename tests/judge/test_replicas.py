@@ -290,7 +290,10 @@ def test_openrlhf_file_sends_each_prompts_samples_to_one_replica_and_skips_a_dea
     urls, backends = two_judges
     module = load_openrlhf_file()
     named = [urls[0], dead_url(), urls[1]]
-    endpoints, live = [module._endpoint(u) for u in named], [module._endpoint(u) for u in urls]
+    endpoints, live = (
+        [module.wire.get_reward_endpoint(u) for u in named],
+        [module.wire.get_reward_endpoint(u) for u in urls],
+    )
     numbers = _spread(endpoints, live, lambda p: module._sample_key(f"P{p}: ", ""), 8)
     monkeypatch.setenv("MRJUDGE_REWARD_URL", ",".join(named))
     prompts = [f"P{p}: " for _ in range(2) for p in numbers]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from jobs.jsonl import read_jsonl
@@ -103,4 +101,3 @@ def test_pool_files_are_what_the_trainers_read(worlds):
     assert examples[0]["messages"][-1]["content"][0]["text"].endswith("<answer>A</answer>")
     assert examples[1]["messages"][-1]["content"][0]["text"].endswith("<answer>B</answer>")
     assert len(load_sft_dataset(out / "sft.jsonl")) == 18
-    json.dumps(examples[0])  # plain JSON

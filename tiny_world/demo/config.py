@@ -52,7 +52,7 @@ class DemoConfig(TinyJudgeRecipe):
     policy_vision_warmup_steps: int = field(
         default=600, metadata={"help": "the policy's own perception warm-up steps (then its tower is frozen)"}
     )
-    policy_sft_max_steps: int = field(default=800, metadata={"help": "policy SFT steps on right answers (lr 1e-3)"})
+    policy_sft_max_steps: int = field(default=800, metadata={"help": "policy SFT steps on right answers (lr 3e-3)"})
     policy_correct_share: float = field(
         default=1.0, metadata={"help": "share of right answers in the policy's warm-start data (the rest are wrong)"}
     )
