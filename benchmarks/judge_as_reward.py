@@ -52,6 +52,7 @@ from tiny_world.seeing_policy import (  # noqa: E402
     RandomReward,
     exact_answers,
     policy_grpo_config,
+    policy_grpo_fields,
     train_seeing_policy,
 )
 
@@ -194,13 +195,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 out / "arms" / arm,
                 url,
                 listwise=arm == "judge_listwise",
-                max_steps=args.max_steps,
-                per_device_train_batch_size=args.per_device_train_batch_size,
-                num_generations=args.num_generations,
-                max_completion_length=args.max_completion_length,
-                learning_rate=args.learning_rate,
-                beta=args.beta,
                 seed=args.seed,
+                **policy_grpo_fields(args),
             )
             history = History()
             arm_start = time.perf_counter()

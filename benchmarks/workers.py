@@ -68,14 +68,10 @@ def qwen2_lm_config(
     """
     from transformers import Qwen2Config
 
+    from tiny_world.model import qwen_text_shape
+
     config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=max_positions,
+        **qwen_text_shape(hidden, layers, heads, kv_heads, intermediate, vocab, max_positions),
         rope_theta=1_000_000.0,
         tie_word_embeddings=tied,
     )

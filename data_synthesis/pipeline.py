@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from data_synthesis.assemble import (
     AssembleConfig,
@@ -46,8 +47,13 @@ from jobs.jsonl import read_jsonl, write_json_atomic, write_jsonl_atomic
 from judge.backends.spec import ModelSpec
 from judge.prompt import PromptConfig
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
+
 __all__ = [
     "ModelSpec",
+    "STAGE_DEFAULTS",
+    "StageOptions",
     "SynthConfig",
     "engine_of",
     "load_rows",
@@ -106,38 +112,66 @@ def load_rows(input_dir: str | Path, stage: str, out_dir: str | Path) -> list[Ro
     return _rebase(rows, input_dir, out_dir)
 
 
-@dataclass(frozen=True)
-class StageRun:
-    """How a per-row synthesis stage runs (the options every stage function takes), and the run itself."""
+class StageOptions(TypedDict, total=False):
+    """How a per-row stage runs: the keywords `run_negatives`, `run_describe` and `run_distill` all take
+    (defaults in `STAGE_DEFAULTS`)."""
 
     shard: Shard
+    """This job's part of the rows (`--shard i/n`)."""
     batch_size: int
+    """Rows per batch (model stages batch their requests by it)."""
     concurrency: int
+    """Rows in flight when every model of the stage is behind HTTP (else 1)."""
     max_failed_fraction: float
+    """Failed rows above this share of the input make the stage fail (`TooManyFailures`)."""
     show_progress: bool
     engine: Executor | None
-    overwrite: bool = False
+    """Where batches run: this process (None) or Ray (`engine_of`)."""
+    overwrite: bool
     """Start the stage's output over instead of resuming it (`--overwrite`)."""
 
-    def run(
-        self, stage: str, rows: list[Row], process: Any, out_dir: str | Path, model: ModelSpec | None, **options: Any
-    ) -> tuple[list[Row], dict[str, Any]]:
-        """`run_stage` with the model's own concurrency limit, then refuse a stage with too many failed rows."""
-        _, summary = result = run_stage(
-            stage,
-            rows,
-            process,
-            out_dir,
-            shard=self.shard,
-            batch_size=self.batch_size,
-            show_progress=self.show_progress,
-            engine=self.engine,
-            concurrency=_concurrency(self.concurrency, model),
-            overwrite=self.overwrite,
-            **options,
-        )
-        check_failures(summary, self.max_failed_fraction)
-        return result
+
+STAGE_DEFAULTS: StageOptions = {
+    "shard": WHOLE,
+    "batch_size": 16,
+    "concurrency": 1,
+    "max_failed_fraction": DEFAULT_MAX_FAILED_FRACTION,
+    "show_progress": True,
+    "engine": None,
+    "overwrite": False,
+}
+
+
+def stage_options(options: dict[str, Any]) -> StageOptions:
+    """`options` over `STAGE_DEFAULTS`, checked before any work (an unknown keyword is a `TypeError`, as a
+    plain signature would raise)."""
+    unknown = sorted(set(options) - set(STAGE_DEFAULTS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown}; a stage takes {list(STAGE_DEFAULTS)}")
+    merged: StageOptions = {**STAGE_DEFAULTS, **options}  # type: ignore[typeddict-item]
+    valid_fraction(merged["max_failed_fraction"])
+    return merged
+
+
+def _run_rows(
+    stage: str,
+    rows: list[Row],
+    process: Any,
+    out_dir: str | Path,
+    options: StageOptions,
+    *models: ModelSpec | None,
+    finish: Callable[[list[Row], dict[str, Any]], None] | None = None,
+    **more: Any,
+) -> tuple[list[Row], dict[str, Any]]:
+    """`run_stage` with the models' concurrency limit; then `finish(rows, summary)`, then a stage with too many
+    failed rows is refused."""
+    run = {k: v for k, v in options.items() if k != "max_failed_fraction"}
+    run["concurrency"] = _concurrency(options["concurrency"], *models)
+    rows, summary = run_stage(stage, rows, process, out_dir, **run, **more)
+    if finish is not None:
+        finish(rows, summary)
+    check_failures(summary, options["max_failed_fraction"])
+    return rows, summary
 
 
 def run_negatives(
@@ -148,16 +182,10 @@ def run_negatives(
     model: ModelSpec | None = None,
     n: int = 3,
     seed: int = 0,
-    shard: Shard = WHOLE,
-    batch_size: int = 16,
     max_attempts: int = 3,
     max_new_tokens: int | None = None,
     sampling: StageSampling | dict[str, Any] | None = None,
-    concurrency: int = 1,
-    max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
-    show_progress: bool = True,
-    engine: Executor | None = None,
-    overwrite: bool = False,
+    **run: Unpack[StageOptions],
 ) -> tuple[list[Row], dict[str, Any]]:
     """Negatives for every record; `sampling` is the generator's decoding (its seed defaults to `seed`).
 
@@ -165,7 +193,7 @@ def run_negatives(
     them) unless `overwrite`, which writes them all again."""
     from data_synthesis.negatives import ModelNegatives, SceneNegatives, negatives_tokens, summarize_negatives
 
-    valid_fraction(max_failed_fraction)  # before any work, not after it
+    how = stage_options(run)  # before any work, not after it
     rows = load_rows(input_dir, "records", out_dir)
     overrides = _overrides("generator", sampling, max_tokens=max_new_tokens)
     params = sampling_for("generator", overrides)
@@ -175,7 +203,7 @@ def run_negatives(
     elif generator == "model":
         if model is None:
             raise ValueError("--generator model needs --model (a folder, hub id or server URL)")
-        model = _for_synthesis(model, concurrency)
+        model = _for_synthesis(model, how["concurrency"])
         gen_seed = seed if overrides.seed is None else overrides.seed
         options = dict(n=n, seed=gen_seed, max_attempts=max_attempts, params=params, image_root=out_dir)
         process = _on_model(ModelNegatives, model, **options)
@@ -183,11 +211,12 @@ def run_negatives(
     else:
         raise ValueError(f"--generator must be 'model' or 'scene', got {generator!r}")
     used = model if generator == "model" else None
-    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine, overwrite).run(
+    return _run_rows(
         "negatives",
         rows,
         process,
         out_dir,
+        how,
         used,
         summarize=summarize_negatives,
         tokens=negatives_tokens,
@@ -202,19 +231,13 @@ def run_describe(
     describer: str = "scene",
     model: ModelSpec | None = None,
     max_new_tokens: int | None = None,
-    shard: Shard = WHOLE,
-    batch_size: int = 16,
     sampling: StageSampling | dict[str, Any] | None = None,
-    concurrency: int = 1,
-    max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
-    show_progress: bool = True,
-    engine: Executor | None = None,
-    overwrite: bool = False,
+    **run: Unpack[StageOptions],
 ) -> tuple[list[Row], dict[str, Any]]:
     """A description of every record's image; settings recorded and checked as `run_negatives`' are."""
     from data_synthesis.describe import ModelDescriber, SceneDescriber, described_tokens
 
-    valid_fraction(max_failed_fraction)  # before any work, not after it
+    how = stage_options(run)  # before any work, not after it
     rows = load_rows(input_dir, "negatives", out_dir)
     params = sampling_for("describer", _overrides("describer", sampling, max_tokens=max_new_tokens))
     settings: dict[str, Any] = {"describer": describer}
@@ -223,15 +246,13 @@ def run_describe(
     elif describer == "model":
         if model is None:
             raise ValueError("--describer model needs --model")
-        model = _for_synthesis(model, concurrency)
+        model = _for_synthesis(model, how["concurrency"])
         process = _on_model(ModelDescriber, model, params=params, image_root=out_dir)
         settings |= _model_settings(model, params)
     else:
         raise ValueError(f"--describer must be 'model' or 'scene', got {describer!r}")
     used = model if describer == "model" else None
-    return StageRun(shard, batch_size, concurrency, max_failed_fraction, show_progress, engine, overwrite).run(
-        "described", rows, process, out_dir, used, tokens=described_tokens, settings=settings
-    )
+    return _run_rows("described", rows, process, out_dir, how, used, tokens=described_tokens, settings=settings)
 
 
 def run_assemble(
@@ -282,15 +303,9 @@ def run_distill(
     reasoner_model: ModelSpec | None = None,
     rewriter: str = "rules",
     rewriter_model: ModelSpec | None = None,
-    shard: Shard = WHOLE,
-    batch_size: int = 16,
     reasoner_sampling: StageSampling | dict[str, Any] | None = None,
     rewriter_sampling: StageSampling | dict[str, Any] | None = None,
-    concurrency: int = 1,
-    max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION,
-    show_progress: bool = True,
-    engine: Executor | None = None,
-    overwrite: bool = False,
+    **run: Unpack[StageOptions],
 ) -> tuple[list[Row], dict[str, Any]]:
     """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl.
 
@@ -298,7 +313,7 @@ def run_distill(
     unless `overwrite`."""
     from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
 
-    valid_fraction(max_failed_fraction)  # before any work, not after it
+    how = stage_options(run)  # before any work, not after it
     out_dir = Path(out_dir)
     items = load_rows(input_dir, "items", out_dir)
     if reasoner == "scene":
@@ -309,6 +324,7 @@ def run_distill(
         raise ValueError("--rewriter model needs --rewriter-model (or --reasoner-model)")
     if rewriter not in ("rules", "model"):
         raise ValueError(f"--rewriter must be 'rules' or 'model', got {rewriter!r}")
+    concurrency = how["concurrency"]
     reasoner_spec = _for_synthesis(reasoner_model, concurrency) if reasoner == "model" else None
     rewriter_spec = _for_synthesis(rewriter_model or reasoner_model, concurrency) if rewriter == "model" else None
     if rewriter_model is None and reasoner_spec is not None and rewriter_spec is not None:
@@ -321,26 +337,25 @@ def run_distill(
         else {"kind": reasoner, **_model_settings(reasoner_spec, reason[3])},
         "rewriter": {"kind": rewriter, **(_model_settings(rewriter_spec, rewrite[2]) if rewriter == "model" else {})},
     }
-    rows, summary = run_stage(
+
+    def finish(rows: list[Row], summary: dict[str, Any]) -> None:
+        if how["shard"].count == 1:
+            summary.update(write_sft_examples(items, rows, out_dir))
+            write_json_atomic(out_dir / "distilled.summary.json", summary)
+
+    return _run_rows(
         "distilled",
         items,
         _distill_work(reason, rewrite),
         out_dir,
-        shard=shard,
-        batch_size=batch_size,
+        how,
+        reasoner_spec,
+        rewriter_spec,
+        finish=finish,
         summarize=summarize_distilled,
-        show_progress=show_progress,
-        engine=engine,
-        concurrency=_concurrency(concurrency, reasoner_spec, rewriter_spec),
         tokens=distilled_tokens,
         settings=settings,
-        overwrite=overwrite,
     )
-    if shard.count == 1:
-        summary.update(write_sft_examples(items, rows, out_dir))
-        write_json_atomic(out_dir / "distilled.summary.json", summary)
-    check_failures(summary, max_failed_fraction)
-    return rows, summary
 
 
 def _model_settings(spec: ModelSpec, params: Any, **more: Any) -> dict[str, Any]:
@@ -561,17 +576,9 @@ def _records_stage(config: SynthConfig, out: Path) -> dict[str, Any]:
     (re-checking every image of a 665k-row set takes a while, and its result would be the same)."""
     import json
 
-    from data_synthesis.sources import FieldMap, write_records
+    from data_synthesis.sources import FieldMap, record_options, write_records
 
-    options: dict[str, Any] = dict(
-        split=config.split,
-        dataset_config=config.dataset_config,
-        revision=config.revision,
-        limit=config.limit,
-        image_root=config.image_root,
-        source_name=config.source_name,
-        max_bad_fraction=config.max_bad_fraction,
-    )
+    options = record_options(config)
     source = Path(config.source).expanduser()
     stamp = [source.stat().st_size, source.stat().st_mtime_ns] if source.is_file() else None  # an edited file reruns
     wanted = {"source": str(config.source), "source_file": stamp, "fields": dict(config.fields), **options}

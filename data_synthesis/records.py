@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
-from judge.types import DataError, ImageRef
+from judge.types import DataError, ImageRef, require_id, require_object
 
 __all__ = ["FLAWS", "IMAGE_FLAWS", "Flaw", "Negative", "SFTRecord", "group_of", "image_refs"]
 
@@ -71,10 +71,7 @@ class SFTRecord:
 
     @classmethod
     def from_dict(cls, row: Any, where: str = "") -> SFTRecord:
-        if not isinstance(row, Mapping):
-            raise DataError(
-                "<row>", f"expected an object, got {type(row).__name__}", "write one JSON object per record", where
-            )
+        require_object(row, "write one JSON object per record", where)
         for name in ("id", "question", "answer"):
             if name not in row or row[name] is None:
                 raise DataError(
@@ -85,14 +82,7 @@ class SFTRecord:
                 raise DataError(
                     name, f"expected a non-empty string, got {row[name]!r}", f"put the {name} text here", where
                 )
-        record_id = row["id"]
-        if isinstance(record_id, bool) or not isinstance(record_id, (str, int)) or record_id == "":
-            raise DataError(
-                "id",
-                f"expected a non-empty string or integer, got {record_id!r}",
-                "give each record a unique id",
-                where,
-            )
+        record_id = require_id(row["id"], "give each record a unique id", where)
         source = row.get("source") or ""
         if not isinstance(source, str):
             raise DataError(

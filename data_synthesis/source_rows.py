@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from judge.types import DataError
+from judge.types import DataError, require_id, require_object
 
 __all__ = ["DEFAULT_COLUMNS", "FieldMap", "ParsedRow", "parse_row", "row_id"]
 
@@ -76,18 +76,14 @@ def row_id(row: Any, fields: FieldMap) -> str | None:
 
 def parse_row(row: Any, index: int, where: str, fields: FieldMap, name: str, seen: set[str]) -> ParsedRow:
     """Check a row's id and text and collect its image values; raise `DataError` naming the field and the fix."""
-    if not isinstance(row, Mapping):
-        raise DataError("<row>", f"expected an object, got {type(row).__name__}", "write one object per row", where)
+    require_object(row, "write one object per row", where)
     id_column = fields.column("id", row)
     if id_column is None:
         record_id = f"{name}-{index}"
     elif id_column not in row:
         raise _missing("id", fields, row, where)
     else:
-        record_id = row[id_column]
-        if isinstance(record_id, bool) or not isinstance(record_id, (str, int)) or record_id == "":
-            raise DataError("id", f"expected a string or integer, got {record_id!r:.80}", "give each row an id", where)
-        record_id = str(record_id)
+        record_id = str(require_id(row[id_column], "give each row an id", where))
     if record_id in seen:
         raise DataError("id", f"duplicate id {record_id!r}", "give each row a unique id, or set --id-field", where)
     seen.add(record_id)

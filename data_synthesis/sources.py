@@ -52,11 +52,19 @@ from jobs.jsonl import (
 from judge.images import ImageLoadError
 from judge.types import DataError
 
-__all__ = ["DEFAULT_MAX_BAD_FRACTION", "FieldMap", "Skipped", "load_sft_records", "write_records"]
+__all__ = ["DEFAULT_MAX_BAD_FRACTION", "FieldMap", "Skipped", "load_sft_records", "read_source", "write_records"]
 
 SHOWN_PROBLEMS = 10  # how many problems the "too many bad rows" error quotes
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # "owner/name", or a bare canonical name
 _FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv")
+
+RECORD_OPTIONS = ("split", "dataset_config", "revision", "limit", "image_root", "source_name", "max_bad_fraction")
+"""`write_records`' settings that shape its output, under these names in `SynthConfig`, the flags and the summary."""
+
+
+def record_options(settings: Any) -> dict[str, Any]:
+    """`RECORD_OPTIONS` read from `settings` (a `SynthConfig` or parsed flags)."""
+    return {name: getattr(settings, name) for name in RECORD_OPTIONS}
 
 
 @dataclass
@@ -182,7 +190,7 @@ def default_image_workers() -> int:
     return max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def _rows(
+def read_source(
     source: str | Path,
     out_dir: str | Path,
     *,
@@ -195,7 +203,23 @@ def _rows(
     revision: str | None = None,
     image_workers: int | None = None,
 ) -> Iterator[list[SFTRecord] | Skipped]:
-    """Per source row, in order: its records, or why it was skipped. Images are checked `image_workers` at a time."""
+    """Per source row, in order: its records, or why it was skipped (`load_sft_records` and `write_records` read
+    sources through it). Images are checked `image_workers` at a time.
+
+    Args:
+        source: a `.jsonl`/`.parquet`/`.json` (LLaVA or TRL) file, a `save_to_disk` folder, a folder of data
+            files, or a hub id (the last two go through `datasets.load_dataset`).
+        out_dir: where `records.jsonl` will live; encoded images that are not files are written to
+            `out_dir/images/` as they came, and image paths are made relative to it when inside it.
+        split: the split of a DatasetDict or of `load_dataset`.
+        fields: the source's column names (defaults cover the common spellings).
+        limit: read at most this many source rows (a conversation is one row; its turns stay together).
+        source_name: the records' `source` and the prefix of derived ids (default: file or dataset name).
+        image_root: where relative image paths are resolved (default: the source's folder).
+        dataset_config: `load_dataset`'s config name (a hub dataset's subset).
+        revision: `load_dataset`'s revision (a branch, tag or commit of a hub dataset): pin it for reruns.
+        image_workers: threads decoding images (default: one per core, at most 16).
+    """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
     workers = image_workers or default_image_workers()
@@ -219,39 +243,10 @@ def _rows(
             yield from pool.map(lambda job: _finish(*job, store, name), jobs)
 
 
-def load_sft_records(
-    source: str | Path,
-    *,
-    out_dir: str | Path,
-    split: str = "train",
-    fields: FieldMap | None = None,
-    limit: int | None = None,
-    source_name: str | None = None,
-    image_root: str | Path | None = None,
-    dataset_config: str | None = None,
-    revision: str | None = None,
-    image_workers: int | None = None,
-) -> Iterator[SFTRecord]:
-    """Yield SFT records from any supported source, raising `DataError` at the first bad row.
-
-    Args:
-        source: a `.jsonl`/`.parquet`/`.json` (LLaVA or TRL) file, a `save_to_disk` folder, a folder of data
-            files, or a hub id (the last two go through `datasets.load_dataset`).
-        out_dir: where `records.jsonl` will live; encoded images that are not files are written to
-            `out_dir/images/` as they came, and image paths are made relative to it when inside it.
-        split: the split of a DatasetDict or of `load_dataset`.
-        fields: the source's column names (defaults cover the common spellings).
-        limit: read at most this many source rows (a conversation is one row; its turns stay together).
-        source_name: the records' `source` and the prefix of derived ids (default: file or dataset name).
-        image_root: where relative image paths are resolved (default: the source's folder).
-        dataset_config: `load_dataset`'s config name (a hub dataset's subset).
-        revision: `load_dataset`'s revision (a branch, tag or commit of a hub dataset): pin it for reruns.
-        image_workers: threads decoding images (default: one per core, at most 16).
-    """
-    options = dict(split=split, fields=fields, limit=limit, source_name=source_name, image_root=image_root)
-    for result in _rows(
-        source, out_dir, **options, dataset_config=dataset_config, revision=revision, image_workers=image_workers
-    ):
+def load_sft_records(source: str | Path, *, out_dir: str | Path, **options: Any) -> Iterator[SFTRecord]:
+    """Yield SFT records from any supported source, raising `DataError` at the first bad row; takes
+    `read_source`'s keyword arguments."""
+    for result in read_source(source, out_dir, **options):
         if isinstance(result, Skipped):
             raise result.error
         yield from result
@@ -262,7 +257,7 @@ def write_records(
 ) -> tuple[Path, dict[str, Any]]:
     """Normalise `source` into `out_dir/records.jsonl` and `records.summary.json`; return `(path, summary)`.
 
-    Takes `load_sft_records`' keyword arguments. Bad rows are skipped and listed in the summary's
+    Takes `read_source`'s keyword arguments. Bad rows are skipped and listed in the summary's
     `"skipped"` (`{"line", "id", "reason"}` each) while their share of the rows read is at most
     `max_bad_fraction`; above it an `InputError` names the share and the first problems, and nothing is
     written. Records stream to a temporary file and are renamed into place at the end, so
@@ -276,7 +271,7 @@ def write_records(
     skipped: list[Skipped] = []
     rows = records = multi_image = 0
     with atomic_writer(path) as handle:  # raising inside leaves no records.jsonl
-        for result in _rows(source, out, **kwargs):
+        for result in read_source(source, out, **kwargs):
             rows += 1
             if isinstance(result, Skipped):
                 skipped.append(result)

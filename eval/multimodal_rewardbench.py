@@ -38,7 +38,7 @@ from jobs.jsonl import InputError, parse_records, read_json_list, read_jsonl_row
 from judge.backends.base import Backend
 from judge.images import load_image
 from judge.judging import item_rng
-from judge.types import DataError
+from judge.types import DataError, require_object
 
 __all__ = [
     "BENCHMARK",
@@ -118,8 +118,7 @@ def metric_key(category: str) -> str:
 
 
 def _item_from_row(row: Any, where: str) -> PairItem:
-    if not isinstance(row, Mapping):
-        raise DataError("row", f"expected an object, got {type(row).__name__}", "give one object per item", where)
+    require_object(row, "give one object per item", where, field_name="row")
     for name in ("ID", "Text", "Image", "Output1", "Output2", "Better", "Category"):
         if row.get(name) is None:
             raise DataError(name, "missing", f"every Multimodal RewardBench row needs '{name}'", where)

@@ -47,7 +47,7 @@ from jobs.jsonl import InputError, parse_records, read_jsonl_rows
 from judge.backends.base import Backend, ChatRequest, SamplingParams
 from judge.images import load_image
 from judge.judging import item_rng
-from judge.types import DataError
+from judge.types import DataError, require_object
 
 __all__ = [
     "BENCHMARK",
@@ -188,8 +188,7 @@ def calpy_key(item_id: str, query: str, responses: Sequence[str]) -> str:
 
 
 def _item_from_row(row: Any, where: str) -> PairItem:
-    if not isinstance(row, Mapping):
-        raise DataError("row", f"expected an object, got {type(row).__name__}", "write one JSON object per line", where)
+    require_object(row, "write one JSON object per line", where, field_name="row")
     for name in ("id", "query", "response", "human_ranking"):
         if row.get(name) is None:
             raise DataError(name, "missing", f"every VL-RewardBench row needs '{name}'", where)

@@ -22,7 +22,7 @@ from typing import Any
 
 from judge.prompt import MAX_CANDIDATES
 
-__all__ = ["DataError", "ImageRef", "MCItem", "Verdict"]
+__all__ = ["DataError", "ImageRef", "MCItem", "Verdict", "require_id", "require_object"]
 
 ImageRef = str | bytes | Any
 """A file path, a `data:` URL, raw encoded bytes, or an in-memory `PIL.Image.Image`."""
@@ -38,6 +38,20 @@ class DataError(ValueError):
         self.where = where
         prefix = f"{where}: " if where else ""
         super().__init__(f"{prefix}field '{field_name}': {problem} — {fix}")
+
+
+def require_object(row: Any, fix: str, where: str = "", field_name: str = "<row>") -> Mapping[str, Any]:
+    """`row` when it is a JSON object (a mapping), else a `DataError` naming `field_name` and `fix`."""
+    if not isinstance(row, Mapping):
+        raise DataError(field_name, f"expected an object, got {type(row).__name__}", fix, where)
+    return row
+
+
+def require_id(value: Any, fix: str, where: str = "", field_name: str = "id") -> str | int:
+    """`value` when it is a usable id (a non-empty string or an integer, not a bool), else a `DataError`."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise DataError(field_name, f"expected a non-empty string or an integer, got {value!r:.80}", fix, where)
+    return value
 
 
 def _is_image_ref(value: Any) -> bool:
@@ -74,20 +88,13 @@ class MCItem:
     @classmethod
     def from_dict(cls, row: Any, where: str = "") -> MCItem:
         """Validate one row (e.g. a parsed JSONL line); raise `DataError` naming the first bad field."""
-        if not isinstance(row, Mapping):
-            raise DataError(
-                "<row>", f"expected a JSON object, got {type(row).__name__}", "write one object per line", where
-            )
+        require_object(row, "write one JSON object per line", where)
         for name in ("id", "question", "candidates"):
             if name not in row:
                 raise DataError(
                     name, "missing", f"add '{name}' (see the MC item contract in docs/architecture.md)", where
                 )
-        item_id = row["id"]
-        if isinstance(item_id, bool) or not isinstance(item_id, (str, int)) or item_id == "":
-            raise DataError(
-                "id", f"expected a non-empty string or an integer, got {item_id!r}", "give each item a unique id", where
-            )
+        item_id = require_id(row["id"], "give each item a unique id", where)
         question = row["question"]
         if not isinstance(question, str):
             raise DataError(

@@ -274,21 +274,11 @@ def run_world(args: argparse.Namespace) -> int:
 
 
 def run_records(args: argparse.Namespace) -> int:
-    from data_synthesis.sources import FieldMap, write_records
+    from data_synthesis.sources import FieldMap, record_options, write_records
 
     fields = FieldMap(id=args.id_field, image=args.image_field, question=args.question_field, answer=args.answer_field)
     path, summary = write_records(
-        args.source,
-        args.out,
-        split=args.split,
-        dataset_config=args.dataset_config,
-        revision=args.revision,
-        limit=args.limit,
-        fields=fields,
-        image_root=args.image_root,
-        source_name=args.source_name,
-        max_bad_fraction=args.max_bad_fraction,
-        image_workers=args.image_workers,
+        args.source, args.out, fields=fields, image_workers=args.image_workers, **record_options(args)
     )
     skipped = len(summary["skipped"])
     note = f"; skipped {skipped} bad row(s), listed in {path.parent / 'records.summary.json'}" if skipped else ""

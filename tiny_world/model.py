@@ -208,15 +208,24 @@ def build_tokenizer(vocab_size: int = 2048, seed: int = 0, *, scene_words: bool 
     return tokenizer
 
 
-def _text_kwargs(size: TinySize, vocab: int, tokenizer) -> dict:
+def qwen_text_shape(
+    hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int, max_positions: int = 4096
+) -> dict[str, int]:
+    """A Qwen text stack's shape under transformers' config names: the tiny models' and the benchmarks' sizes."""
     return dict(
         vocab_size=vocab,
-        hidden_size=size.hidden,
-        intermediate_size=size.intermediate,
-        num_hidden_layers=size.layers,
-        num_attention_heads=size.heads,
-        num_key_value_heads=size.kv_heads,
-        max_position_embeddings=4096,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+    )
+
+
+def _text_kwargs(size: TinySize, vocab: int, tokenizer) -> dict:
+    return dict(
+        **qwen_text_shape(size.hidden, size.layers, size.heads, size.kv_heads, size.intermediate, vocab),
         rms_norm_eps=1e-6,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),

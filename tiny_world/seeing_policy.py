@@ -115,6 +115,22 @@ def train_seeing_policy(
     }
 
 
+POLICY_GRPO_FIELDS = (
+    "max_steps",
+    "per_device_train_batch_size",
+    "num_generations",
+    "max_completion_length",
+    "learning_rate",
+    "beta",
+)
+"""The policy GRPO settings a run chooses (the demo as `policy_<name>`, the benchmark as `--<name>`)."""
+
+
+def policy_grpo_fields(settings: Any, prefix: str = "") -> dict[str, Any]:
+    """`POLICY_GRPO_FIELDS` read from `settings` (a config or parsed flags) as `prefix + name`."""
+    return {name: getattr(settings, prefix + name) for name in POLICY_GRPO_FIELDS}
+
+
 def policy_grpo_config(
     start: str | Path, prompts: str | Path, out: str | Path, url: str, *, listwise: bool = False, **fields: Any
 ) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from eval.provenance import data_provenance, row_sha256, with_image_file
 from jobs.jsonl import InputError, Records, parse_records
-from judge.types import DataError
+from judge.types import DataError, require_object
 
 CAPABILITIES = ("rec", "ocr", "know", "gen", "spat", "math")
 """MM-Vet's six core capabilities, in the order of the paper's table (others, e.g. v2's `seq`, follow)."""
@@ -78,8 +78,7 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
 def _parse_entry(row: tuple[str, Any], *, where: str, images_dir: Path) -> MMVetQuestion:
     """Validate one `mm-vet.json` entry, a `(key, entry)` pair; raise `DataError` naming the first bad field."""
     key, entry = row
-    if not isinstance(entry, Mapping):
-        raise DataError("<entry>", f"expected an object, got {type(entry).__name__}", _ENTRY_HINT, where)
+    require_object(entry, _ENTRY_HINT, where, field_name="<entry>")
     for name, fix in (
         ("imagename", f'add the image file name, e.g. "imagename": "{key}.png"'),
         ("question", "add the question text"),

@@ -17,15 +17,7 @@ import statistics
 import pytest
 
 from tests.frameworks.conftest import REPO, VERSIONS, run_driver
-from tests.support.framework_rollouts import (
-    IMAGES,
-    RESPONSES,
-    N,
-    dead_port,
-    image_colour,
-    listwise_rewards,
-    write_images,
-)
+from tests.support import framework_rollouts as rollouts
 from tests.support.reward_server import running
 from tests.support.scripted_judge import ScoredRuleBackend
 
@@ -45,7 +37,7 @@ def _prompts(path, allowed, label_image: dict[str, str]) -> str:
             "images": [str(allowed / image)],
             "judge_label": json.dumps({"images": [label_image[question]], "reference": None}),
         }
-        for question, image in IMAGES.items()
+        for question, image in rollouts.IMAGES.items()
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
@@ -54,25 +46,37 @@ def _prompts(path, allowed, label_image: dict[str, str]) -> str:
 @pytest.fixture(scope="module")
 def openrlhf_runs(frameworks_site, tiny_vlm_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("openrlhf")
-    allowed = write_images(root / "images")
-    good = _prompts(root / "prompts.jsonl", allowed, IMAGES)
-    typo = _prompts(root / "typo.jsonl", allowed, {q: f"nowhere/{i}" for q, i in IMAGES.items()})
+    allowed = rollouts.write_images(root / "images")
+    good = _prompts(root / "prompts.jsonl", allowed, rollouts.IMAGES)
+    typo = _prompts(root / "typo.jsonl", allowed, {q: f"nowhere/{i}" for q, i in rollouts.IMAGES.items()})
     flags = [
-        *("--rollout.n_samples_per_prompt", str(N), "--data.label_key", "judge_label"),  # what mrjudge serve prints
+        *(
+            "--rollout.n_samples_per_prompt",
+            str(rollouts.N),
+            "--data.label_key",
+            "judge_label",
+        ),  # what mrjudge serve prints
         *("--data.input_key", "input", "--data.image_key", "images", "--data.apply_chat_template"),
         *("--algo.advantage.estimator", "group_norm", "--actor.model_name_or_path", str(tiny_vlm_dir)),
     ]
     # OpenRLHF sends one sample per request: the server holds a prompt's N samples and judges them together.
-    with running(ScoredRuleBackend(), allow_local_images=str(allowed), group_size=N, group_wait_s=30) as (url, backend):
+    with running(ScoredRuleBackend(), allow_local_images=str(allowed), group_size=rollouts.N, group_wait_s=30) as (
+        url,
+        backend,
+    ):
         spec = {
             "model": str(tiny_vlm_dir),
-            "responses": RESPONSES,
+            "responses": rollouts.RESPONSES,
             "flags": flags,
             "runs": [
                 {"name": "http", "remote_url": f"{url}/get_reward", "data": good},
                 {"name": "py", "remote_url": str(PY_FILE), "data": good},
                 {"name": "py_missing_image", "remote_url": str(PY_FILE), "data": typo},
-                {"name": "http_dead", "remote_url": f"http://127.0.0.1:{dead_port()}/get_reward", "data": good},
+                {
+                    "name": "http_dead",
+                    "remote_url": f"http://127.0.0.1:{rollouts.dead_port()}/get_reward",
+                    "data": good,
+                },
             ],
         }
         out, _ = run_driver(frameworks_site, "openrlhf_driver.py", spec, root, env={"MRJUDGE_REWARD_URL": url})
@@ -85,21 +89,21 @@ def test_both_routes_give_listwise_rewards_through_openrlhfs_own_code(openrlhf_r
     assert out["versions"]["openrlhf"] == VERSIONS["openrlhf"]
     run = out["runs"][route]
     assert "error" not in run and "advantages_error" not in run, run
-    assert run["args"]["n_samples_per_prompt"] == N and run["args"]["label_key"] == "judge_label"
-    assert run["images_to_policy"] == [1] * (2 * N)  # the policy's own image went through its processor
+    assert run["args"]["n_samples_per_prompt"] == rollouts.N and run["args"]["label_key"] == "judge_label"
+    assert run["images_to_policy"] == [1] * (2 * rollouts.N)  # the policy's own image went through its processor
     by_prompt: dict[str, list[dict]] = {}
     for row in run["rows"]:
         # Experience.rewards = torch.tensor([reward]): the HTTP route's list [r] becomes [[r]], the file's tensor
         # [r] stays [r]; the experience maker flattens both (torch.cat, then a reshape to (-1, N)).
         assert row["reward_shape"] == ([1, 1] if route == "http" else [1])
-        assert row["extra_logs"] == {"judge_scored": 1.0, "judge_group_size": N}
+        assert row["extra_logs"] == {"judge_scored": 1.0, "judge_group_size": rollouts.N}
         assert {"reward", "score", "judge_scored", "judge_group_size"} <= set(row["info"])  # logged per sample
         by_prompt.setdefault(row["prompt_question"], []).append(row)
-    assert sorted(len(rows) for rows in by_prompt.values()) == [N, N]
+    assert sorted(len(rows) for rows in by_prompt.values()) == [rollouts.N, rollouts.N]
     for question, rows in by_prompt.items():
-        assert sorted(r["response"] for r in rows) == sorted(RESPONSES[question])
+        assert sorted(r["response"] for r in rows) == sorted(rollouts.RESPONSES[question])
         rewards = [r["reward"][0] for r in rows]
-        expected = listwise_rewards([r["response"] for r in rows])
+        expected = rollouts.listwise_rewards([r["response"] for r in rows])
         assert rewards == pytest.approx(expected, abs=1e-6)  # one listwise verdict over the group
         # group_norm: (r - mean) / (std + 1e-9) within the prompt, on every action token (gamma 1, no KL).
         mean, std = statistics.fmean(rewards), statistics.stdev(rewards)
@@ -111,10 +115,10 @@ def test_both_routes_give_listwise_rewards_through_openrlhfs_own_code(openrlhf_r
 
 def test_the_judge_saw_each_prompts_group_and_its_label_image(openrlhf_runs):
     _, backend = openrlhf_runs
-    groups = [c for c in backend.shown if len(c["candidates"]) == N]
+    groups = [c for c in backend.shown if len(c["candidates"]) == rollouts.N]
     assert len(groups) == 2 * 2 * 2  # two routes, two prompts, two display orders each
     for call in groups:
-        assert call["image_colours"] == [image_colour(call["candidates"])]
+        assert call["image_colours"] == [rollouts.image_colour(call["candidates"])]
 
 
 def test_a_missing_image_is_raised_loudly_and_the_step_cannot_go_on(openrlhf_runs):
@@ -124,7 +128,7 @@ def test_a_missing_image_is_raised_loudly_and_the_step_cannot_go_on(openrlhf_run
     assert all(row["reward"] is None for row in run["rows"])
     assert "advantages_error" in run
     errors = [line for line in run["mrjudge_logs"] if line.startswith("mrjudge.openrlhf ERROR")]
-    assert len(errors) == 2 * N
+    assert len(errors) == 2 * rollouts.N
     assert all("HTTP 422" in e and "labels[0].images[0]" in e and "nowhere/" in e for e in errors)
 
 
@@ -153,7 +157,7 @@ def test_a_killed_server_ends_openrlhfs_http_route_in_bounded_time_without_rewar
     least = settings["tries"] * settings["sleep_s"]
     run = openrlhf_runs[0]["runs"]["http_dead"]
     assert "error" not in run, run
-    assert len(run["reward_calls"]) == 2 * N  # one per sample, concurrently
+    assert len(run["reward_calls"]) == 2 * rollouts.N  # one per sample, concurrently
     for call in run["reward_calls"]:
         assert call["end"] == "RuntimeError: Request error for 5 times, returning None. Please check the API server."
         assert least <= call["s"] <= least + SLACK_S, call
@@ -161,6 +165,6 @@ def test_a_killed_server_ends_openrlhfs_http_route_in_bounded_time_without_rewar
     assert all(row["reward"] is None for row in run["rows"])
     assert run["advantages_error"].startswith("AttributeError: 'NoneType' object")  # the step cannot go on
     tried = [line for line in run["openrlhf_logs"] if "Request error, please check: Cannot connect" in line]
-    assert len(tried) == settings["tries"] * 2 * N  # each try refused, logged at INFO
+    assert len(tried) == settings["tries"] * 2 * rollouts.N  # each try refused, logged at INFO
     failed = [line for line in run["openrlhf_logs"] if "Failed to fetch reward from remote RM" in line]
-    assert len(failed) == 2 * N and all(line.startswith("openrlhf.utils.agent INFO ") for line in failed)
+    assert len(failed) == 2 * rollouts.N and all(line.startswith("openrlhf.utils.agent INFO ") for line in failed)

@@ -6,16 +6,7 @@ import pytest
 
 from jobs.jsonl import read_jsonl
 from judge.types import Verdict
-from tiny_world.judge_pool import (
-    all_pairs,
-    both_orders,
-    content_key,
-    filter_pool,
-    split_dev,
-    write_pool_items,
-    write_pool_sft,
-    write_pool_world,
-)
+from tiny_world import judge_pool
 from tiny_world.recipe import TinyJudgeRecipe, write_kind_world
 
 
@@ -28,30 +19,30 @@ def worlds(tmp_path_factory):
     write_kind_world(out / "sft-world", out / "sft", kinds=recipe.kinds, n=40, seed=recipe.seed)
     sft_rows = load_rows(out / "sft", "records", out / "sft")
     # Exclude one key the pool world really draws too, as well as SFT's: the exclusion must bite.
-    pool_all = write_pool_world(recipe, out / "pool-all", 40)
-    exclude = {content_key(r) for r in sft_rows} | {content_key(pool_all[0])}
-    pool = write_pool_world(recipe, out / "pool", 40, exclude=exclude)
+    pool_all = judge_pool.write_pool_world(recipe, out / "pool-all", 40)
+    exclude = {judge_pool.content_key(r) for r in sft_rows} | {judge_pool.content_key(pool_all[0])}
+    pool = judge_pool.write_pool_world(recipe, out / "pool", 40, exclude=exclude)
     return recipe, sft_rows, pool_all, pool, out
 
 
 def test_pool_is_disjoint_from_the_sft_world(worlds):
     _, sft_rows, pool_all, pool, _ = worlds
-    sft_keys = {content_key(r) for r in sft_rows}
-    assert pool and not sft_keys & {content_key(r) for r in pool}
-    assert content_key(pool_all[0]) not in {content_key(r) for r in pool}
+    sft_keys = {judge_pool.content_key(r) for r in sft_rows}
+    assert pool and not sft_keys & {judge_pool.content_key(r) for r in pool}
+    assert judge_pool.content_key(pool_all[0]) not in {judge_pool.content_key(r) for r in pool}
     assert len(pool) == len(pool_all) - 1  # exactly the excluded record is gone
     assert all(len(r["negatives"]) == 3 for r in pool)
 
 
 def test_every_negative_in_both_orders(worlds):
     _, _, _, pool, _ = worlds
-    pairs = all_pairs(pool[:5])
+    pairs = judge_pool.all_pairs(pool[:5])
     assert len(pairs) == 15 and all(
         p.label == 0 and p.candidates[0] == r["answer"]
         for p, r in zip(pairs, [row for row in pool[:5] for _ in row["negatives"]])
     )
     assert {p.candidates[1] for p in pairs} == {n["text"] for r in pool[:5] for n in r["negatives"]}
-    ordered = both_orders(pairs)
+    ordered = judge_pool.both_orders(pairs)
     assert len(ordered) == 30
     assert ordered[1].candidates == pairs[0].candidates[::-1] and ordered[1].label == 1
     assert ordered[1].candidates[ordered[1].label] == pool[0]["answer"]
@@ -59,10 +50,10 @@ def test_every_negative_in_both_orders(worlds):
 
 def test_dev_split_is_seeded_and_disjoint(worlds):
     _, _, _, pool, _ = worlds
-    rest, dev = split_dev(pool, 0.25, seed=0)
+    rest, dev = judge_pool.split_dev(pool, 0.25, seed=0)
     assert len(dev) == round(0.25 * len(pool)) and len(rest) + len(dev) == len(pool)
     assert not {r["id"] for r in rest} & {r["id"] for r in dev}
-    assert split_dev(pool, 0.25, seed=0) == (rest, dev)
+    assert judge_pool.split_dev(pool, 0.25, seed=0) == (rest, dev)
 
 
 def _verdict(item_id, choice, consistent):
@@ -71,31 +62,31 @@ def _verdict(item_id, choice, consistent):
 
 def test_filter_keeps_wrong_inconsistent_and_as_many_right(worlds):
     _, _, _, pool, _ = worlds
-    pairs = all_pairs(pool[:6])  # 18 pairs, label 0
+    pairs = judge_pool.all_pairs(pool[:6])  # 18 pairs, label 0
     verdicts = [_verdict(p.id, 0, True) for p in pairs]
     verdicts[2] = _verdict(pairs[2].id, 1, True)  # wrong
     verdicts[5] = _verdict(pairs[5].id, 0, False)  # right but inconsistent
     verdicts[9] = _verdict(pairs[9].id, None, None)  # undecided
-    kept, figures = filter_pool(pairs, verdicts, seed=0)
+    kept, figures = judge_pool.filter_pool(pairs, verdicts, seed=0)
     hard = {pairs[i].id for i in (2, 5, 9)}
     assert hard <= {p.id for p in kept}
     assert len(kept) == 6 and figures["hard"] == 3 and figures["kept"] == 6 and figures["n"] == 18
     assert figures["sft_accuracy"] == pytest.approx((16 + 0.5) / 18, abs=1e-4)  # inconsistent but right counts 1
     assert [p.id for p in kept] == [p.id for p in pairs if p.id in {k.id for k in kept}]  # input order
-    assert filter_pool(pairs, verdicts, seed=0)[0] == kept  # seeded
+    assert judge_pool.filter_pool(pairs, verdicts, seed=0)[0] == kept  # seeded
 
 
 def test_pool_files_are_what_the_trainers_read(worlds):
     from training.data import load_grpo_dataset, load_sft_dataset
 
     recipe, _, _, pool, out = worlds
-    pairs = all_pairs(pool[:3])
-    assert write_pool_items(pairs, out / "rl.jsonl") == 18
+    pairs = judge_pool.all_pairs(pool[:3])
+    assert judge_pool.write_pool_items(pairs, out / "rl.jsonl") == 18
     rows = [row for _, row in read_jsonl(out / "rl.jsonl")]
     assert "world" not in rows[0]["meta"] and rows[1]["label"] == 1
     dataset = load_grpo_dataset(out / "rl.jsonl")
     assert len(dataset) == 18 and dataset[1]["label"] == 1
-    assert write_pool_sft(pairs, out / "sft.jsonl", recipe.reasoner_style) == 18
+    assert judge_pool.write_pool_sft(pairs, out / "sft.jsonl", recipe.reasoner_style) == 18
     examples = [row for _, row in read_jsonl(out / "sft.jsonl")]
     # The trace is the scene reasoner's: it picks the reference in either display order.
     assert examples[0]["messages"][-1]["content"][0]["text"].endswith("<answer>A</answer>")

@@ -9,21 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.replay import (
-    SavedBytes,
-    assert_exact,
-    assert_logps_equal_plain,
-    assert_step_equals_trl,
-    compare,
-    grpo_terms,
-    hybrid_model,
-    lora_lm,
-    push_off_policy,
-    run_two_ddp_processes,
-    text_batch,
-    trainer,
-    vlm_batch,
-)
+from tests.support import replay as support
 from training.replay import (
     LOSS_TYPES,
     GRPOLoss,
@@ -53,17 +39,21 @@ def test_chunk_bounds_cover_the_prompt_and_never_split_an_image():
 def test_chunked_gradient_equals_the_plain_loss(loss_type, lm64, lm_batch):
     # 8 divides neither 39 nor 30: a short last chunk; 13 divides 39 (3 chunks).
     loss = GRPOLoss(loss_type=loss_type, beta=0.04, use_bias_correction_kl=True, max_completion_length=12)
-    terms = grpo_terms(lm64, lm_batch, seed=1)
+    terms = support.grpo_terms(lm64, lm_batch, seed=1)
     for chunk in (8, 13):
-        stats = compare(lm64, lm_batch, loss, terms, prompt_chunk=chunk)
-        assert_exact(stats)
+        stats = support.compare(lm64, lm_batch, loss, terms, prompt_chunk=chunk)
+        support.assert_exact(stats)
         assert stats["groups"] == [[0, 2, 5], [1, 3, 6]] and stats["plain_rows"] == [4]
 
 
 @pytest.mark.parametrize("chunk", [1, 10, 39, 100])
 def test_chunk_sizes_from_one_token_to_the_whole_prompt(chunk, lm64, lm_batch):
     loss = GRPOLoss(loss_type="dapo", beta=0.04, delta=1.5, epsilon_high=0.28)
-    assert_exact(compare(lm64, lm_batch, loss, grpo_terms(lm64, lm_batch, seed=2), prompt_chunk=chunk, branch_batch=2))
+    support.assert_exact(
+        support.compare(
+            lm64, lm_batch, loss, support.grpo_terms(lm64, lm_batch, seed=2), prompt_chunk=chunk, branch_batch=2
+        )
+    )
 
 
 def test_the_chunked_state_is_the_single_forward_state(lm64, lm_batch):
@@ -76,7 +66,7 @@ def test_the_chunked_state_is_the_single_forward_state(lm64, lm_batch):
 
 
 def test_chunked_log_probs_without_grad(lm64, lm_batch):
-    assert_logps_equal_plain(lm64, lm_batch, prompt_chunk=7)
+    support.assert_logps_equal_plain(lm64, lm_batch, prompt_chunk=7)
 
 
 def test_chunked_probe_and_bad_chunk(lm64, lm_batch):
@@ -90,11 +80,11 @@ def test_chunked_lora_with_and_without_checkpointing(tiny_lm_dir, lm_batch):
 
     torch.manual_seed(0)
     config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"])
-    model = lora_lm(tiny_lm_dir, config)
+    model = support.lora_lm(tiny_lm_dir, config)
     loss = GRPOLoss(loss_type="dapo", beta=0.04)
-    terms = grpo_terms(model, lm_batch, seed=3)
-    assert_exact(compare(model, lm_batch, loss, terms, prompt_chunk=9))
-    assert_exact(compare(model, lm_batch, loss, terms, prompt_chunk=9, checkpoint_prompt=True))
+    terms = support.grpo_terms(model, lm_batch, seed=3)
+    support.assert_exact(support.compare(model, lm_batch, loss, terms, prompt_chunk=9))
+    support.assert_exact(support.compare(model, lm_batch, loss, terms, prompt_chunk=9, checkpoint_prompt=True))
 
 
 def test_chunked_lora_dropout_replays_each_chunks_masks(tiny_lm_dir, lm_batch):
@@ -103,7 +93,7 @@ def test_chunked_lora_dropout_replays_each_chunks_masks(tiny_lm_dir, lm_batch):
 
     from training.replay.chunked import chunked_prompt_backward
 
-    model = lora_lm(tiny_lm_dir, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"]))
+    model = support.lora_lm(tiny_lm_dir, LoraConfig(r=4, lora_dropout=0.5, target_modules=["k_proj", "v_proj"]))
     policy = _resolve(model)
     prompt = _prompt_inputs(policy, lm_batch, 0)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -138,7 +128,7 @@ def test_chunked_gradient_with_images(tiny_vlm_dir):
     from transformers import AutoModelForImageTextToText
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, dtype=torch.float32).train()
-    batch, image_token = vlm_batch(tiny_vlm_dir)
+    batch, image_token = support.vlm_batch(tiny_vlm_dir)
     policy = _resolve(model)
     prompt = _prompt_inputs(policy, batch, 0)
     types = prompt["types"][: prompt["ids"].size(1) - 1].bool()
@@ -149,10 +139,10 @@ def test_chunked_gradient_with_images(tiny_vlm_dir):
     assert len(state.chunks) >= 2 and state.chunks[0].end == int(types.nonzero()[-1]) + 1
     assert "pixel_values" in state.chunks[0].inputs and "pixel_values" not in state.chunks[1].inputs
     loss = GRPOLoss(loss_type="grpo", beta=0.04)
-    terms = grpo_terms(model, batch, seed=5)
+    terms = support.grpo_terms(model, batch, seed=5)
     for size in (chunk, 3):  # 3: the image starts a chunk of its own, the text after it runs in short chunks
-        stats = compare(model, batch, loss, terms, branch_batch=2, prompt_chunk=size)
-        assert_exact(stats)
+        stats = support.compare(model, batch, loss, terms, branch_batch=2, prompt_chunk=size)
+        support.assert_exact(stats)
         assert stats["groups"] == [[0, 2], [1, 5], [3, 6]] and stats["plain_rows"] == [4]
     visual = [p for n, p in model.named_parameters() if "visual" in n]
     assert visual and all(p.grad is None for p in visual)
@@ -160,12 +150,14 @@ def test_chunked_gradient_with_images(tiny_vlm_dir):
 
 @pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_next"])
 def test_chunked_hybrid_models(kind):
-    model = hybrid_model(kind)
+    model = support.hybrid_model(kind)
     # 69 tokens of state: chunks of 32 cross no delta-rule chunk; 50 ends mid-way through one (64-token chunks).
-    batch = text_batch([70, 45], [(0, 9), (1, 4), (0, 1), (1, 9), (0, 6)], vocab=300, width=9, seed=6)
-    terms = grpo_terms(model, batch, seed=7)
+    batch = support.text_batch([70, 45], [(0, 9), (1, 4), (0, 1), (1, 9), (0, 6)], vocab=300, width=9, seed=6)
+    terms = support.grpo_terms(model, batch, seed=7)
     for chunk in (32, 50):
-        assert_exact(compare(model, batch, GRPOLoss(beta=0.04), terms, branch_batch=2, prompt_chunk=chunk))
+        support.assert_exact(
+            support.compare(model, batch, GRPOLoss(beta=0.04), terms, branch_batch=2, prompt_chunk=chunk)
+        )
 
 
 def test_chunked_peak_does_not_grow_with_the_prompt_beyond_the_state(tiny_lm_dir):
@@ -179,7 +171,7 @@ def test_chunked_peak_does_not_grow_with_the_prompt_beyond_the_state(tiny_lm_dir
     peaks: dict[tuple[str, int], int] = {}
     state_bytes: dict[int, int] = {}
     for length in (256, 1024):
-        batch = text_batch([length], [(0, 8)] * 2, vocab=vocab, width=8, seed=length)
+        batch = support.text_batch([length], [(0, 8)] * 2, vocab=vocab, width=8, seed=length)
         loss = GRPOLoss(loss_type="dapo")
         fn = loss.loss_fn(loss.row_weights(batch.completion_mask, num_items_in_batch=16), batch.completion_mask,
                           torch.ones(2))  # fmt: skip
@@ -188,7 +180,7 @@ def test_chunked_peak_does_not_grow_with_the_prompt_beyond_the_state(tiny_lm_dir
             state = _prompt_state(policy, _prompt_inputs(policy, batch, 0))
         state_bytes[length] = sum(t.numel() * t.element_size() for t in state.flat())
         for name, chunk in (("replay", 0), ("chunked", 64)):
-            with SavedBytes(model) as meter:
+            with support.SavedBytes(model) as meter:
                 replay_backward(model, batch, fn, prompt_chunk=chunk)
             model.zero_grad(set_to_none=True)
             peaks[name, length] = meter.peak
@@ -213,13 +205,13 @@ def test_trainer_with_prompt_chunks_equals_trl_compute_loss(tiny_vlm_dir, tmp_pa
         return state
 
     monkeypatch.setattr(replay_chunked, "chunked_prompt_state", counted)
-    tr = trainer(tiny_vlm_dir, tmp_path)
+    tr = support.trainer(tiny_vlm_dir, tmp_path)
     tr.args.replay_prompt_chunk = 6  # image prompts of ~30 tokens: several chunks, one holding the image
     tr.model.train()
     inputs = tr._prepare_inputs(next(iter(tr.get_train_dataloader())))
-    push_off_policy(inputs)
+    support.push_off_policy(inputs)
     tr.current_gradient_accumulation_steps = 2
-    assert_step_equals_trl(tr, inputs)
+    support.assert_step_equals_trl(tr, inputs)
     assert tr.last_replay.groups and not tr.last_replay.plain_rows
     assert len(chunk_counts) >= 6 and min(chunk_counts) >= 3, chunk_counts  # old log-probs and the step, chunked
 
@@ -238,4 +230,4 @@ def test_replay_prompt_chunk_must_not_be_negative():
 @pytest.mark.slow
 def test_two_ddp_processes_with_prompt_chunks(tiny_lm_dir, tmp_path):
     """DDP + gradient accumulation 2 with chunked prompts: the same audit as the unchunked DDP test."""
-    run_two_ddp_processes(tiny_lm_dir, tmp_path, prompt_chunk=8)
+    support.run_two_ddp_processes(tiny_lm_dir, tmp_path, prompt_chunk=8)

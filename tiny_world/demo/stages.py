@@ -445,7 +445,7 @@ def _policy_grpo(ctx: StageContext, start: Path, prompts: Path, url: str, arm: s
     """One policy GRPO run from the seeing policy `start` into `policy/<arm>`: rewarded by the server (`funcs`
     None) or by `funcs` (the answer key), the same prompts, seed and steps; returns the logged history."""
     from tiny_world.recipe import History
-    from tiny_world.seeing_policy import policy_grpo_config
+    from tiny_world.seeing_policy import policy_grpo_config, policy_grpo_fields
     from training.common import run_recipe
     from training.policy import build_policy_trainer
 
@@ -462,13 +462,8 @@ def _policy_grpo(ctx: StageContext, start: Path, prompts: Path, url: str, arm: s
             prompts,
             ctx.folder / arm,
             url,
-            max_steps=config.policy_max_steps,
-            per_device_train_batch_size=config.policy_per_device_train_batch_size,
-            num_generations=config.policy_num_generations,
-            max_completion_length=config.policy_max_completion_length,
-            learning_rate=config.policy_learning_rate,
-            beta=config.policy_beta,
             seed=config.seed,
+            **policy_grpo_fields(config, "policy_"),
         ),
         [history.callback()],
     )
