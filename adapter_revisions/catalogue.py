@@ -153,6 +153,12 @@ class Catalogue:
             if newest is not None:
                 self.move_alias(conn, policy, "latest", newest[0])
 
+    def ensure(self) -> None:
+        """Create the index now if there is none. A writer calls this before it writes a revision folder: a
+        first index built while another process's save is in flight would otherwise import that save's folder
+        as an older store's revision (and move `latest` for it once more)."""
+        self._connection()
+
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction: other writers wait (across processes), readers go on reading."""

@@ -237,6 +237,7 @@ class AdapterStore:
         if parent is not None:
             parent = self.resolve(parent if "@" in parent else f"{policy}@{parent}").ref
         revision_id = _content_id(weights, config)
+        self.catalogue.ensure()  # before the folder is written (see `Catalogue.ensure`)
         existing = self.catalogue.row(policy, revision_id)
         if existing is None:
             meta = {

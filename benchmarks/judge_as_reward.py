@@ -44,10 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.workers import paired_bootstrap  # noqa: E402
 from reward_server.background import serve_in_thread  # noqa: E402
 from tiny_world.demo.config import DemoConfig  # noqa: E402
-from tiny_world.demo.runner import demo_judge, demo_recipe, run_stages  # noqa: E402
+from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages  # noqa: E402
 from tiny_world.policy_data import rebase_images, world_questions  # noqa: E402
 from tiny_world.recipe import History  # noqa: E402
 from tiny_world.seeing_policy import (  # noqa: E402
+    SEEING_POLICY_VERSION,
     OracleReward,
     RandomReward,
     exact_answers,
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
     )
     train = [r for r in train if r["id"] not in dev_ids]
-    key = {"demo": str(demo.resolve()), "seed": args.policy_seed, "warmup_steps": args.warmup_steps}
+    key = {"demo": str(demo.resolve()), "distill": demo_stage_hash(demo, "distill"), "seed": args.policy_seed}
+    key.update(warmup_steps=args.warmup_steps, version=SEEING_POLICY_VERSION)
     key.update(sft_max_steps=args.sft_max_steps, dev_fraction=args.dev_fraction, dev_seed=args.seed)
     record = out / "policy" / "seeing.json"
     if record.is_file() and json.loads(record.read_text())["key"] == key:  # the same seeing policy: reuse it

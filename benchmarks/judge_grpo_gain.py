@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.workers import paired_bootstrap  # noqa: E402
 from jobs.jsonl import read_jsonl  # noqa: E402
 from tiny_world.demo.config import DemoConfig  # noqa: E402
-from tiny_world.demo.runner import demo_judge, demo_recipe, run_stages  # noqa: E402
+from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages  # noqa: E402
 from tiny_world.heldout import UNDECIDED_CREDIT, evidence_of, score_verdicts  # noqa: E402
 from tiny_world.judge_pool import (  # noqa: E402
     all_pairs,
@@ -99,7 +99,8 @@ def build_pool(
     made from the same SFT judge and settings is reused (`pool.json`): filtering is the slowest step."""
     from jobs.jsonl import write_json_atomic
 
-    key = {"demo": str(demo.resolve()), "pool_n": args.pool_n, "dev_fraction": args.dev_fraction, "seed": recipe.seed}
+    key = {"demo": str(demo.resolve()), "sft": demo_stage_hash(demo, "sft"), "pool_n": args.pool_n}
+    key.update(dev_fraction=args.dev_fraction, seed=recipe.seed)
     pool_rows, dev_rows = split_dev(
         write_pool_world(recipe, folder, args.pool_n, exclude={content_key(r) for r in rows}),
         args.dev_fraction,

@@ -22,9 +22,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OracleReward", "RandomReward", "exact_answers", "policy_grpo_config", "train_seeing_policy"]
+__all__ = [
+    "SEEING_POLICY_VERSION",
+    "OracleReward",
+    "RandomReward",
+    "exact_answers",
+    "policy_grpo_config",
+    "train_seeing_policy",
+]
 
 Row = dict[str, Any]
+
+SEEING_POLICY_VERSION = 2
+"""Bumped when `train_seeing_policy` changes what it trains on (2: the warm-up sees only the pictures of the
+questions it is given, not the whole training split): benchmarks key their cached policies by it."""
 
 
 class OracleReward:
@@ -67,7 +78,7 @@ def train_seeing_policy(
     progress: Any = None,
     wrap_build: Any = None,
 ) -> dict[str, Any]:
-    """Warm up a fresh tiny policy's vision tower on training-split pictures, freeze it, SFT it on right
+    """Warm up a fresh tiny policy's vision tower on the pictures of `train`, freeze it, SFT it on right
     answers; returns the model folder, the prompt file for GRPO and the wall times.
 
     `train` are `tiny_world.policy_data.world_questions` rows with image paths relative to `out/data`;
@@ -86,9 +97,12 @@ def train_seeing_policy(
     files = write_policy_data(train, out / "data", correct_share=correct_share, seed=seed)
     base = build_tiny_model(out / "untrained", size=size, seed=seed)
     start = time.perf_counter()
+    # Only the given questions' pictures: questions a caller holds back (a dev split) stay unseen.
+    ids = {row["id"] for row in train}
+    pictures = [row for row in warmup_rows(records_dir, items_dir) if row["id"] in ids]
     warm = warm_up_vision(
         base,
-        warmup_rows(records_dir, items_dir),
+        pictures,
         image_root=records_dir,
         out_dir=out / "seeing",
         config=VisionWarmupConfig(steps=warmup_steps, seed=seed, cell_head=shaded),
@@ -110,6 +124,7 @@ def train_seeing_policy(
         "model": out / "sft",
         "prompts": files["prompts"],
         "warmup_s": round(warm_s, 1),
+        "warmup_pictures": len(pictures),
         "warmup_accuracy": {k.removesuffix("_accuracy"): v for k, v in warm.items() if k.endswith("_accuracy")},
         "sft_s": round(time.perf_counter() - start, 1),
     }

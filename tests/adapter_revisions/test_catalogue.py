@@ -150,6 +150,24 @@ for n in range(int(sys.argv[3])):
 """
 
 
+def test_the_index_exists_before_a_first_save_writes_its_folder(tmp_path, monkeypatch):
+    """A first index built while another process's save is in flight imports the folders it finds as an
+    older store's revisions and moves `latest` for them: so every save makes the index first (this race
+    once gave `shared@latest` 61 moves for 60 saves in the four-writer test below)."""
+    store = AdapterStore(tmp_path)
+    seen = []
+    write_folder = AdapterStore._write_folder
+
+    def checked(self, *args, **kwargs):
+        seen.append((tmp_path / CATALOGUE).is_file())
+        return write_folder(self, *args, **kwargs)
+
+    monkeypatch.setattr(AdapterStore, "_write_folder", checked)
+    add(store, "judge", 0)
+    assert seen == [True]
+    assert store.history("judge", "latest") == [_content_id(b"weights 0", CONFIG)]
+
+
 def test_four_writer_processes_lose_nothing(tmp_path):
     per_writer = 15
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -30,20 +30,39 @@ def test_random_reward_does_not_read_the_text():
     assert RandomReward(seed=4)(prompts=[""] * 4, completions=texts) != first
 
 
-@pytest.mark.slow
-def test_seeing_policy_answers_depend_on_its_picture(tmp_path):
-    """A policy trained by the seeing recipe changes its answers when shown another question's picture (a
-    blind one, trained end to end without the warm-up, gives the same answer whatever the picture)."""
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A shaded two-kind world with its negatives and splits; the training questions, images rebased for
+    a policy folder `policy` beside it."""
     from data_synthesis.pipeline import run_negatives
     from tiny_world.policy_data import rebase_images, world_questions
     from tiny_world.recipe import distill_judge_data, write_kind_world
 
-    data = tmp_path / "data"
-    write_kind_world(tmp_path / "world", data, kinds=["attribute", "count"], n=80, seed=0, image_size=84, shaded=True)
+    root = tmp_path_factory.mktemp("seeing")
+    data = root / "data"
+    write_kind_world(root / "world", data, kinds=["attribute", "count"], n=80, seed=0, image_size=84, shaded=True)
     run_negatives(data, data, generator="scene", n=2, seed=0, show_progress=False)
     distill_judge_data(data, data, val_fraction=0.25, seed=0)
-    train = rebase_images(world_questions(data, data, "train"), data, tmp_path / "policy" / "data")
-    policy = train_seeing_policy(data, data, train, tmp_path / "policy", warmup_steps=60, sft_max_steps=80, seed=1)
+    return data, rebase_images(world_questions(data, data, "train"), data, root / "policy" / "data")
+
+
+def test_warm_up_sees_only_the_given_questions_pictures(world):
+    """Questions a caller holds back (the benchmark's dev split) are not in the perception warm-up either."""
+    data, train = world
+    kept = train[: len(train) // 2]
+    folder = data.parent / "half"  # beside `policy`: the rebased image paths resolve from either
+    policy = train_seeing_policy(data, data, kept, folder, warmup_steps=1, sft_max_steps=1, seed=1)
+    assert policy["warmup_pictures"] == len(kept) < len(train)
+
+
+@pytest.mark.slow
+def test_seeing_policy_answers_depend_on_its_picture(world):
+    """A policy trained by the seeing recipe changes its answers when shown another question's picture (a
+    blind one, trained end to end without the warm-up, gives the same answer whatever the picture)."""
+    from tiny_world.policy_data import world_questions
+
+    data, train = world
+    policy = train_seeing_policy(data, data, train, data.parent / "policy", warmup_steps=60, sft_max_steps=80, seed=1)
     rows = world_questions(data, data, "val")[:24]
     own = exact_answers(policy["model"], rows, data, samples=1)
     swapped = exact_answers(policy["model"], rows, data, samples=1, swap_images=True)

@@ -26,7 +26,7 @@ from tiny_world.demo.config import DemoConfig
 from tiny_world.demo.stages import STAGES, Stage, StageContext
 from tiny_world.recipe import TinyJudgeRecipe
 
-__all__ = ["demo_judge", "demo_recipe", "run_demo", "run_stages", "stage_hash", "summarize"]
+__all__ = ["demo_judge", "demo_recipe", "demo_stage_hash", "run_demo", "run_stages", "stage_hash", "summarize"]
 
 STAGE_FILE = "stage.json"
 
@@ -127,6 +127,16 @@ def demo_judge(out: Path, stage: str = "grpo") -> Path:
     if record is None:
         raise ValueError(f"{out} has no finished `{stage}` stage: run `mrjudge demo --out {out}` first")
     return out / record["figures"]["model"]
+
+
+def demo_stage_hash(out: Path, stage: str) -> str:
+    """The input hash a demo folder's finished `stage` recorded (it covers every stage it builds on): what a
+    benchmark's cache of results made from that stage is keyed by, so a re-trained demo is not mistaken for
+    the old one at the same path."""
+    record = _read_record(out / stage / STAGE_FILE)
+    if record is None:
+        raise ValueError(f"{out} has no finished `{stage}` stage: run `mrjudge demo --out {out}` first")
+    return record["hash"]
 
 
 def _run_stages(
