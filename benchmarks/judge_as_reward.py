@@ -14,7 +14,8 @@ temperature 1). `gain` is the sampled share's rise (what GRPO optimises: the exp
 policy's own temperature), `gain_greedy` the greedy one's; intervals are paired bootstraps over questions.
 `judge_gain_ratio` = judge gain / oracle gain. On the policy's own samples (first and last): how often the
 judge agrees with the answer key (a wrong answer rewarded below one half, a right one at one half or above)
-and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference).
+and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference) and
+`judge_tied` (wrong answers rewarded exactly one half, as much as a right answer earns).
 Choices (steps, learning rate) are made with `--report dev` (training-split questions held back from the
 policy's SFT and GRPO); the validation split that is reported is never looked at for them.
 
@@ -78,6 +79,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-device-train-batch-size", type=int, default=16)
     parser.add_argument("--max-completion-length", type=int, default=24)
     parser.add_argument("--samples", type=int, default=4, help="sampled answers per question in the evaluation")
+    parser.add_argument(
+        "--refresh-steps",
+        type=int,
+        default=0,
+        help="first refresh the judge with this many SFT steps on the start policy's own wrong answers to its "
+        "training questions (tiny_world.judge_refresh; 0: serve the judge as it is)",
+    )
+    parser.add_argument("--refresh-questions", type=int, default=800, help="training questions the refresh samples")
+    parser.add_argument("--refresh-learning-rate", type=float, default=1e-4)
     parser.add_argument("--agreement-questions", type=int, default=64, help="questions whose samples the judge scores")
     parser.add_argument("--seed", type=int, default=0, help="GRPO and sampling seed (the same for every arm)")
     parser.add_argument("--bootstrap", type=int, default=2000)
@@ -103,9 +113,50 @@ def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, 
     return {
         "agreement": round(sum((r >= 0.5) == ok for r, ok in scored) / len(scored), 4) if scored else None,
         "overpaid": round(sum(r > 0.5 for r in wrong) / len(wrong), 4) if wrong else None,
+        "tied": round(sum(r == 0.5 for r in wrong) / len(wrong), 4) if wrong else None,
         "unscored": len(rewards) - len(scored),
         "wrong_share": round(1 - sum(right) / max(1, len(right)), 4),
     }
+
+
+def refreshed_judge(
+    args: argparse.Namespace,
+    recipe: Any,
+    demo: Path,
+    judge: Path,
+    policy: Path,
+    train: list[dict[str, Any]],
+    data: Path,
+    out: Path,
+) -> dict[str, Any]:
+    """The judge refreshed on the start policy's wrong answers to its own training questions; a finished
+    refresh of the same judge, policy and settings is reused (`OUT/refresh/figures.json`)."""
+    from data_synthesis.pipeline import load_rows
+    from tiny_world.judge_refresh import refresh_for_policy
+
+    key = {"judge": str(Path(judge).resolve()), "policy": str(Path(policy).resolve()), "seed": args.seed}
+    key.update(steps=args.refresh_steps, questions=args.refresh_questions, learning_rate=args.refresh_learning_rate)
+    record = out / "figures.json"
+    if record.is_file() and json.loads(record.read_text())["key"] == key:
+        return json.loads(record.read_text())["figures"]
+    worlds = {row["id"]: row["world"] for row in load_rows(demo / "world", "records", demo / "world")}
+    figures = refresh_for_policy(
+        recipe,
+        judge,
+        policy,
+        train,
+        worlds,
+        data,
+        demo / "distill" / "sft" / "train.jsonl",
+        out,
+        questions=args.refresh_questions,
+        steps=args.refresh_steps,
+        learning_rate=args.refresh_learning_rate,
+        max_new_tokens=args.max_completion_length,
+        seed=args.seed,
+    )
+    record.write_text(json.dumps({"key": key, "figures": figures}))
+    return figures
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -172,6 +223,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         file=sys.stderr,
     )
 
+    refresh = None
+    if args.refresh_steps:
+        refresh = refreshed_judge(args, recipe, demo, judge_model, start_model, train, data, out / "refresh")
+        judge_model = Path(refresh["model"])
     judge = recipe.judge(judge_model, image_root=None, batch_size=2 * args.per_device_train_batch_size)
     app = create_app(
         judge, ServerConfig(port=0, max_batch_items=2 * args.per_device_train_batch_size, max_candidates=8)
@@ -251,8 +306,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agreement_end": agree_end["agreement"] if agree_end else None,
         "judge_overpaid_start": agree_start["overpaid"],
         "judge_overpaid_end": agree_end["overpaid"] if agree_end else None,
+        "judge_tied_start": agree_start["tied"],
+        "judge_tied_end": agree_end["tied"] if agree_end else None,
         "policy": {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()},
         "judge_model": str(judge_model),
+        "refresh": refresh,
         "grpo": {
             "max_steps": args.max_steps,
             "learning_rate": args.learning_rate,

@@ -60,3 +60,18 @@ def test_judge_as_reward_runs_every_arm(quick_demo, tmp_path):
     for key in ("exact_before", "judge_gain_ratio", "agreement_start", "judge_overpaid_end", "wall_s"):
         assert key in result, key
     assert (tmp_path / "policy" / "exact.png").is_file() and (tmp_path / "policy" / "rewards.png").is_file()
+
+
+def test_judge_as_reward_serves_the_refreshed_judge(quick_demo, tmp_path):
+    """`--refresh-steps`: the judge is refreshed on the start policy's wrong answers first, then served."""
+    result = _benchmark("judge_as_reward").main(
+        ["--demo", str(quick_demo), "--out", str(tmp_path / "policy"), "--warmup-steps", "2", "--sft-max-steps", "2"]
+        + ["--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size", "4", "--samples", "2"]
+        + ["--agreement-questions", "2", "--bootstrap", "50", "--arms", "judge"]
+        + ["--refresh-steps", "1", "--refresh-questions", "6"]
+    )
+    refresh = result["refresh"]
+    assert refresh["questions"] == 6 and refresh["steps"] == 1 and refresh["pairs"] > 0
+    assert refresh["policy_examples"] == 2 * refresh["pairs"] and refresh["own_examples"] > 0
+    assert result["judge_model"] == refresh["model"] == str(tmp_path / "policy" / "refresh" / "model")
+    assert set(result["gain"]) == {"judge"}
