@@ -134,3 +134,14 @@ def test_synth_world_shaded(tmp_path, capsys):
     scenes = _read(tmp_path / "scenes.jsonl")
     assert len(scenes) == 4 and all(row["scene"]["shaded"] for row in scenes)
     assert load_image("images/world-000000.png", tmp_path).getpixel((83, 83)) != (255, 255, 255)
+
+
+def test_a_misspelt_stage_option_is_refused_before_any_work(tmp_path):
+    """The stage functions take their run options as keywords (`StageOptions`): a typo is a TypeError naming
+    it, as a plain signature would give, and a bad fraction is refused before the input is even read."""
+    from data_synthesis.pipeline import run_describe, run_negatives
+
+    with pytest.raises(TypeError, match=r"\['batchsize'\]; a stage takes \['shard', 'batch_size'"):
+        run_negatives(tmp_path / "nowhere", tmp_path, batchsize=4)
+    with pytest.raises(ValueError, match=r"--max-failed-fraction must be in \[0, 1\], got 2"):
+        run_describe(tmp_path / "nowhere", tmp_path, max_failed_fraction=2)
