@@ -14,8 +14,7 @@ temperature 1). `gain` is the sampled share's rise (what GRPO optimises: the exp
 policy's own temperature), `gain_greedy` the greedy one's; intervals are paired bootstraps over questions.
 `judge_gain_ratio` = judge gain / oracle gain. On the policy's own samples (first and last): how often the
 judge agrees with the answer key (a wrong answer rewarded below one half, a right one at one half or above)
-and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference) and
-`judge_tied` (wrong answers rewarded exactly one half, as much as a right answer earns).
+and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference).
 Choices (steps, learning rate) are made with `--report dev` (training-split questions held back from the
 policy's SFT and GRPO); the validation split that is reported is never looked at for them.
 
@@ -24,8 +23,8 @@ policy's SFT and GRPO); the validation split that is reported is never looked at
     python benchmarks/judge_as_reward.py --demo runs/demo --judge runs/demo/sft/model --arms oracle,judge
 
 Prints one JSON line; writes `exact.png` (exact answers before and after each arm) and `rewards.png`.
-Run time: 1,026 s for the four arms at 200 steps with `--demo` and a reused seeing policy (`OUT/policy/
-seeing.json`), on 2 cores shared with another run; the judge arms take 360–410 s of it. `--max-steps 600`
+Run time: 1,082 s for the four arms at 200 steps with `--demo` and a reused seeing policy (`OUT/policy/
+seeing.json`), on 2 cores; the judge arms take 380–500 s of it (`--refresh-steps 300`: 120 s more). `--max-steps 600`
 (what dev chose for the oracle arm to reach +0.08) triples the arms' time; bare, the demo's judge training
 comes first (about 900 s).
 """
@@ -113,7 +112,6 @@ def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, 
     return {
         "agreement": round(sum((r >= 0.5) == ok for r, ok in scored) / len(scored), 4) if scored else None,
         "overpaid": round(sum(r > 0.5 for r in wrong) / len(wrong), 4) if wrong else None,
-        "tied": round(sum(r == 0.5 for r in wrong) / len(wrong), 4) if wrong else None,
         "unscored": len(rewards) - len(scored),
         "wrong_share": round(1 - sum(right) / max(1, len(right)), 4),
     }
@@ -306,8 +304,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agreement_end": agree_end["agreement"] if agree_end else None,
         "judge_overpaid_start": agree_start["overpaid"],
         "judge_overpaid_end": agree_end["overpaid"] if agree_end else None,
-        "judge_tied_start": agree_start["tied"],
-        "judge_tied_end": agree_end["tied"] if agree_end else None,
         "policy": {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()},
         "judge_model": str(judge_model),
         "refresh": refresh,
