@@ -138,21 +138,10 @@ def refreshed_judge(
     if record.is_file() and json.loads(record.read_text())["key"] == key:
         return json.loads(record.read_text())["figures"]
     worlds = {row["id"]: row["world"] for row in load_rows(demo / "world", "records", demo / "world")}
-    figures = refresh_for_policy(
-        recipe,
-        judge,
-        policy,
-        train,
-        worlds,
-        data,
-        demo / "distill" / "sft" / "train.jsonl",
-        out,
-        questions=args.refresh_questions,
-        steps=args.refresh_steps,
-        learning_rate=args.refresh_learning_rate,
-        max_new_tokens=args.max_completion_length,
-        seed=args.seed,
-    )
+    judge_sft = demo / "distill" / "sft" / "train.jsonl"
+    settings = dict(questions=args.refresh_questions, steps=args.refresh_steps, seed=args.seed)
+    settings.update(learning_rate=args.refresh_learning_rate, max_new_tokens=args.max_completion_length)
+    figures = refresh_for_policy(recipe, judge, policy, train, worlds, data, judge_sft, out, **settings)
     record.write_text(json.dumps({"key": key, "figures": figures}))
     return figures
 
