@@ -25,7 +25,15 @@ from typing import Any
 
 from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
 from judge.images import PixelRange, fit_pixels, image_to_data_url
-from judge.reward_wire import Failover, Replicas, RetryPolicy, is_retryable, retry_after_s, server_urls
+from judge.reward_wire import (
+    CONNECT_TIMEOUT_S,
+    Failover,
+    Replicas,
+    RetryPolicy,
+    is_retryable,
+    retry_after_s,
+    server_urls,
+)
 
 __all__ = ["API_KEY_ENV_VARS", "OpenAIBackend"]
 
@@ -105,12 +113,14 @@ class OpenAIBackend:
 
     def _client(self, base_url: str | None = None) -> Any:
         """A client of one server; with several, its own retries are off (`Failover` moves a failed request)."""
+        import httpx
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         return AsyncOpenAI(
             base_url=base_url or self.base_urls[0],
             api_key=self.api_key,
-            timeout=self.timeout,
+            # A server that never accepts (a dead host) costs at most CONNECT_TIMEOUT_S, not the whole timeout.
+            timeout=httpx.Timeout(self.timeout, connect=min(CONNECT_TIMEOUT_S, self.timeout)),
             max_retries=self.max_retries if len(self.base_urls) == 1 else 0,
             http_client=DefaultAsyncHttpxClient(verify=_ssl_context()),
         )
@@ -179,6 +189,8 @@ class OpenAIBackend:
         retry = RetryPolicy(max_retries=self.max_retries, backoff_s=0.5, max_backoff_s=8.0, timeout_s=self.timeout)
         async with contextlib.AsyncExitStack() as stack:
             clients = [await stack.enter_async_context(self._client(url)) for url in self.base_urls]
+            # `max_concurrency` per server, also when the others are cooling off and one takes all requests.
+            gates = [asyncio.Semaphore(self.max_concurrency) for _ in clients]
 
             async def call(work: Any) -> Any:
                 failover, last = Failover(self.replicas, retry), None
@@ -186,9 +198,10 @@ class OpenAIBackend:
                     replica, wait_s = step
                     if wait_s:
                         await asyncio.sleep(wait_s)
-                    failover.started()
+                    failover.started()  # outstanding from here: requests waiting for its gate count too
                     try:
-                        result = await work(clients[replica])
+                        async with gates[replica]:
+                            result = await work(clients[replica])
                     except APIConnectionError as exc:  # refused, reset, timed out: the next server, at once
                         failover.unreachable()
                         last = exc
@@ -212,12 +225,10 @@ class OpenAIBackend:
                 if not models.data:
                     raise RuntimeError(f"the servers at {self.base_url} serve no model")
                 self.model_name = models.data[0].id
-            gate = asyncio.Semaphore(self.max_concurrency * len(clients))
 
             async def one(index: int, request: ChatRequest) -> Generation:
-                async with gate:
-                    seed = None if params.seed is None else params.seed + index
-                    return await call(lambda client: self._complete(client, request, params, seed))
+                seed = None if params.seed is None else params.seed + index
+                return await call(lambda client: self._complete(client, request, params, seed))
 
             return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
 

@@ -337,6 +337,21 @@ def test_openai_backend_spreads_requests_and_moves_off_a_failing_endpoint(endpoi
         states[0]["fail"] = False
 
 
+def test_openai_backend_holds_max_concurrency_per_server_when_one_takes_all(endpoints):
+    """`max_concurrency` is per server: with the other endpoint failing, the one left gets no more at once."""
+    urls, states = endpoints
+    backend = OpenAIBackend(urls, max_retries=1, timeout=10, replica_cooloff_s=30, max_concurrency=2)
+    states[0]["fail"] = True
+    states[1].update(delay_s=0.05, peak=0)
+    try:
+        verdicts = Judge(backend, JudgeConfig(orders=2, batch_size=16)).select(_items(8))
+        assert [v.choice for v in verdicts] == [2 if i % 4 < 2 else 1 for i in range(8)]
+        assert states[1]["peak"] == 2  # 16 requests, 2 at a time (a shared gate let 4 in)
+    finally:
+        states[0]["fail"] = False
+        states[1].update(delay_s=0)
+
+
 def test_mrjudge_serve_over_two_endpoints_spreads_the_judge_calls(endpoints):
     urls, states = endpoints
     before = [s["requests"] for s in states]

@@ -2,13 +2,15 @@
 
 What `vllm serve` is to `mrjudge serve --model http://…/v1`, for tests that need several judge endpoints
 and cannot afford a model each: it answers the judge's MC prompt for the candidate with the highest
-`score=N` tag, counts the requests it answered, and can be switched to answer 503 (`state["fail"] = True`).
+`score=N` tag, counts the requests it answered, and can be switched to answer 503 (`state["fail"] = True`);
+with `state["delay_s"]` each answer takes that long and `state["peak"]` records the most requests it held at once.
 
     with rule_openai_server() as (url, state): ...   # url: the /v1 root
 """
 
 from __future__ import annotations
 
+import asyncio
 import string
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +36,13 @@ def make_rule_openai_app(state: dict[str, Any]) -> FastAPI:
         if state.get("fail"):
             return JSONResponse({"error": {"message": "overloaded", "type": "overloaded"}}, status_code=503)
         state["requests"] = state.get("requests", 0) + 1
+        if state.get("delay_s"):
+            state["in_flight"] = state.get("in_flight", 0) + 1
+            state["peak"] = max(state.get("peak", 0), state["in_flight"])
+            try:
+                await asyncio.sleep(state["delay_s"])
+            finally:
+                state["in_flight"] -= 1
         options = CANDIDATE.findall(last_message_text(body))
         scores = [int(m.group(1)) if (m := SCORE.search(text)) else 0 for _, text in options]
         best = max(range(len(scores)), key=lambda i: (scores[i], -i)) if scores else 0
