@@ -210,6 +210,10 @@ class RetryPolicy:
         return min(delay, self.max_backoff_s)
 
 
+_SHARED: dict[tuple[str, ...], Replicas] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class Replicas:
     """Several servers (reward servers, or the judge's model endpoints) used as one: which to try next, and
     which to pass over for a while. Thread-safe; one object per process and set of addresses.
@@ -256,6 +260,15 @@ class Replicas:
         """Tries sent to each replica so far."""
         self._turn = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, urls: Sequence[str]) -> Replicas:
+        """The one `Replicas` of this process for these addresses (default cool-offs): the reward files verl
+        and OpenRLHF load are called from many threads and event loops, and their requests must share one
+        view of outstanding work and failed replicas."""
+        key = tuple(urls)
+        with _SHARED_LOCK:
+            return _SHARED.setdefault(key, cls(key))
 
     def __len__(self) -> int:
         return len(self.urls)

@@ -48,7 +48,6 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -80,15 +79,9 @@ RETRY = wire.RetryPolicy(max_retries=4, timeout_s=170.0)  # OpenRLHF's own remot
 """Retries of this file's POST; `$MRJUDGE_REWARD_TIMEOUT_S` overrides the timeout per attempt."""
 
 
-_replicas: dict[tuple[str, ...], Any] = {}
-_replicas_lock = threading.Lock()
-
-
 def _endpoints() -> Any:
     """The `/get_reward` replicas `$MRJUDGE_REWARD_URL` names (one `Replicas` per process and set of addresses)."""
-    endpoints = tuple(wire.get_reward_endpoint(url) for url in wire.reward_server_urls())
-    with _replicas_lock:
-        return _replicas.setdefault(endpoints, wire.Replicas(endpoints))
+    return wire.Replicas.shared([wire.get_reward_endpoint(url) for url in wire.reward_server_urls()])
 
 
 def _sample_key(prompt: str, label: Any) -> str:

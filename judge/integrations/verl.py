@@ -111,7 +111,6 @@ NO_SIGNAL_BATCH = (
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
 _clients_lock = threading.Lock()
 _unscored = {"count": 0, "calls": 0}
-_replicas: dict[tuple[str, ...], Replicas] = {}
 
 
 def _sample_options(kwargs: Mapping[str, Any]) -> tuple[list[str], RetryPolicy, int | None, str | None]:
@@ -132,9 +131,7 @@ def _listed(value: Any) -> Any:
 
 def _endpoints(urls: list[str]) -> Replicas:
     """The `/get_reward` replicas of these servers: one object per process, shared by its event loops."""
-    endpoints = tuple(get_reward_endpoint(u) for u in urls)
-    with _clients_lock:
-        return _replicas.setdefault(endpoints, Replicas(endpoints))
+    return Replicas.shared([get_reward_endpoint(u) for u in urls])
 
 
 def _client(retry: RetryPolicy) -> Any:
