@@ -86,15 +86,6 @@ class ServerConfig:
         },
     )
 
-    front_cores: int = field(
-        default=1,
-        metadata={
-            "help": "cores left to the HTTP front when the judge runs in the server process: torch's intra-op "
-            "threads are set to the cores less this many (at least 1); 0 keeps torch's own count; not applied "
-            "when OMP_NUM_THREADS is set"
-        },
-    )
-
     # Logging
     log_interval_s: float = field(
         default=60.0,
@@ -213,8 +204,8 @@ class ServerConfig:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
         if self.group_size < 1 or self.group_wait_s <= 0:
             raise ValueError(f"need group_size >= 1 ({self.group_size}) and group_wait_s > 0 ({self.group_wait_s})")
-        if self.max_wait_ms < 0 or self.front_cores < 0:
-            raise ValueError(f"max_wait_ms ({self.max_wait_ms}) and front_cores ({self.front_cores}) must be >= 0")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms ({self.max_wait_ms}) must be >= 0")
         for name in ("request_timeout_s", "shutdown_grace_s", "body_timeout_s", "log_interval_s", "switch_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be > 0")

@@ -47,7 +47,6 @@ def run_server(app: Any, config: ServerConfig, *, log_level: str = "info", sock:
     # The judge thread and the event loop share one GIL; at Python's 5 ms a thread waiting for it makes the
     # holder drop it within 5 ms, so every wake-up of the loop cut into the judge's Python-bound batches.
     sys.setswitchinterval(config.switch_interval_ms / 1000)
-    _leave_cores_to_the_front(config.front_cores)
     drain_s = max(0.5, config.shutdown_grace_s - SHUTDOWN_RESERVE_S)
     uvicorn_config = uvicorn.Config(
         app,
@@ -77,23 +76,6 @@ def _log_to_stderr(level: str, interval_s: float) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(level.upper())
-
-
-def _leave_cores_to_the_front(front_cores: int) -> int | None:
-    """Set torch's intra-op threads to the cores this process may use less `front_cores`, when the judge runs
-    in this process (torch loaded) and no one chose a thread count (`OMP_NUM_THREADS`); returns the count set.
-
-    Why: torch takes every core for its threads, and the HTTP front (event loop, request parsing, image
-    decoding) then competes with them for the same cores at saturation."""
-    if front_cores <= 0 or "torch" not in sys.modules or os.environ.get("OMP_NUM_THREADS"):
-        return None
-    import torch
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = max(1, cores - front_cores)
-    torch.set_num_threads(threads)
-    log.info("torch intra-op threads: %d of %d cores (front_cores %d)", threads, cores, front_cores)
-    return threads
 
 
 def _force_exit(grace_s: float) -> None:
