@@ -126,13 +126,15 @@ def refreshed_judge(
     train: list[dict[str, Any]],
     data: Path,
     out: Path,
+    policy_key: dict[str, Any],
 ) -> dict[str, Any]:
     """The judge refreshed on the start policy's wrong answers to its own training questions; a finished
-    refresh of the same judge, policy and settings is reused (`OUT/refresh/figures.json`)."""
+    refresh of the same judge, policy (`policy_key`, the seeing policy's cache key) and settings is reused
+    (`OUT/refresh/figures.json`)."""
     from data_synthesis.pipeline import load_rows
     from tiny_world.judge_refresh import refresh_for_policy
 
-    key = {"judge": str(Path(judge).resolve()), "policy": str(Path(policy).resolve()), "seed": args.seed}
+    key = {"judge": str(Path(judge).resolve()), "policy": policy_key, "seed": args.seed}
     key.update(steps=args.refresh_steps, questions=args.refresh_questions, learning_rate=args.refresh_learning_rate)
     record = out / "figures.json"
     if record.is_file() and json.loads(record.read_text())["key"] == key:
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     refresh = None
     if args.refresh_steps:
-        refresh = refreshed_judge(args, recipe, demo, judge_model, start_model, train, data, out / "refresh")
+        refresh = refreshed_judge(args, recipe, demo, judge_model, start_model, train, data, out / "refresh", key)
         judge_model = Path(refresh["model"])
     judge = recipe.judge(judge_model, image_root=None, batch_size=2 * args.per_device_train_batch_size)
     app = create_app(
