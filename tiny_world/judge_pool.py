@@ -37,6 +37,7 @@ __all__ = [
     "both_orders",
     "content_key",
     "filter_pool",
+    "pool_sft_examples",
     "split_dev",
     "write_pool_items",
     "write_pool_sft",
@@ -165,12 +166,11 @@ def write_pool_items(pairs: Iterable[MCItem], path: str | Path) -> int:
     return len(rows)
 
 
-def write_pool_sft(pairs: Iterable[MCItem], path: str | Path, style: str) -> int:
-    """The kept pairs in both display orders as judge-SFT examples whose traces are the scene reasoner's
-    (exact), worded with `COMPACT_PROMPT` as the recipe's SFT data; returns the example count."""
+def pool_sft_examples(pairs: Iterable[MCItem], style: str) -> list[Row]:
+    """The pairs in both display orders as judge-SFT examples whose traces are the scene reasoner's (exact),
+    worded with `COMPACT_PROMPT` as the recipe's SFT data; each pair's `meta` holds its record's world."""
     from data_synthesis.assemble import to_sft_example
     from data_synthesis.world import Scene, Task, scene_reasoner
-    from jobs.jsonl import write_jsonl_atomic
     from judge.prompt import COMPACT_PROMPT
 
     examples = []
@@ -179,5 +179,13 @@ def write_pool_sft(pairs: Iterable[MCItem], path: str | Path, style: str) -> int
         scene, task = Scene.from_dict(world["scene"]), Task.from_dict(world["task"])
         trace = scene_reasoner(scene, task, item.question, item.candidates, style=style)
         examples.append(to_sft_example(_item_row(item), trace, COMPACT_PROMPT))
+    return examples
+
+
+def write_pool_sft(pairs: Iterable[MCItem], path: str | Path, style: str) -> int:
+    """`pool_sft_examples` written to `path`; returns the example count."""
+    from jobs.jsonl import write_jsonl_atomic
+
+    examples = pool_sft_examples(pairs, style)
     write_jsonl_atomic(Path(path), examples)
     return len(examples)

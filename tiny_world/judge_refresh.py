@@ -11,7 +11,7 @@ samples for the same reason. Here the world makes it exact:
 - every sampled answer that differs from the reference (`tiny_world.synthetic_eval.normalize`) is a negative,
   as the data engine treats every flawed answer: the reference is the best candidate;
 - each (reference, wrong answer) pair gets the scene reasoner's exact trace in both display orders
-  (`tiny_world.judge_pool.write_pool_sft`), mixed with as many of the judge's own SFT examples so that it
+  (`tiny_world.judge_pool.pool_sft_examples`), mixed with as many of the judge's own SFT examples so that it
   keeps what it knew;
 - a short SFT continues the judge from where it is.
 
@@ -45,6 +45,9 @@ def policy_negatives(
     `worlds` maps a record id to its `{"scene", "task"}`."""
     from tiny_world.synthetic_eval import normalize
 
+    missing = [row["id"] for row in rows if row["id"] not in worlds]
+    if missing:
+        raise ValueError(f"no world scene for {missing[:3]}: `worlds` must hold every question's record")
     pairs = []
     for row, answers in zip(rows, samples):
         wrong = dict.fromkeys(a.strip() for a in answers if a.strip() and normalize(a) != normalize(row["answer"]))
@@ -76,20 +79,18 @@ def refresh_judge(
     """Continue SFT of `judge` for `steps` on `pairs`' exact traces (both orders) mixed with as many examples
     of `judge_sft` (the judge's own SFT file, image paths relative to it); the model lands in `out/model`.
     Returns the example counts and the wall time."""
-    import json
     import time
 
     from jobs.jsonl import read_jsonl, write_jsonl_atomic
-    from tiny_world.judge_pool import write_pool_sft
+    from tiny_world.judge_pool import pool_sft_examples
     from training.common import run_recipe
     from training.sft import build_sft_trainer
 
     out = Path(out)
-    new = out / "policy_pairs.jsonl"
-    n_new = write_pool_sft(pairs, new, recipe.reasoner_style)
+    new = pool_sft_examples(pairs, recipe.reasoner_style)
     own = [row for _, row in read_jsonl(Path(judge_sft))]
-    kept = random.Random(f"{seed}:refresh").sample(own, min(len(own), n_new))
-    mixed = [row for _, row in read_jsonl(new)] + [_absolute(row, Path(judge_sft).parent) for row in kept]
+    kept = random.Random(f"{seed}:refresh").sample(own, min(len(own), len(new)))
+    mixed = new + [_absolute(row, Path(judge_sft).parent) for row in kept]
     random.Random(seed).shuffle(mixed)
     write_jsonl_atomic(out / "train.jsonl", mixed)
     config = recipe.sft_config(
@@ -106,9 +107,7 @@ def refresh_judge(
     start = time.perf_counter()
     run_recipe(build_sft_trainer, config)
     train_s = round(time.perf_counter() - start, 1)
-    figures = {"policy_examples": n_new, "own_examples": len(kept), "steps": steps, "train_s": train_s}
-    (out / "refresh.json").write_text(json.dumps(figures))
-    return figures
+    return {"policy_examples": len(new), "own_examples": len(kept), "steps": steps, "train_s": train_s}
 
 
 def refresh_for_policy(

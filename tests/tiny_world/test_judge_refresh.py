@@ -35,7 +35,7 @@ def test_only_distinct_wrong_samples_become_pairs_reference_first(tmp_path):
 
 
 def test_a_question_without_its_world_is_refused(tmp_path):
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match=r"no world scene for \['q0'\]"):
         policy_negatives([["There are 2 circles."]], [_row(0)], {}, tmp_path)
 
 
