@@ -10,7 +10,9 @@
      batch always waits), in three alternating windows of `--duration / 3` s each so that other work on the
      machine weighs on both alike. `server_efficiency` = server_judgments_per_s / inprocess_judgments_per_s;
      `server_cpu_efficiency` compares judgments per CPU-second of each process (what the HTTP front costs,
-     whatever share of the cores the machine leaves); `server_mean_batch_requests` and
+     whatever share of the cores the machine leaves), `server_front_cpu_ms_per_judgment` the event loop
+     thread's own CPU (HTTP, JSON, checks, image decoding: what the judge's cores give up to the front);
+     `server_mean_batch_requests` and
      `server_judge_busy_frac` (from the answers' timings) say whether batches were full and the judge busy;
      `inprocess_judge_ms_per_batch` and `server_judge_ms_per_batch` time the judge call alone (the same full
      batch), so a judge that runs slower beside the server's event loop (one GIL) shows there.
@@ -150,9 +152,11 @@ def png_claiming(width: int, height: int) -> bytes:
     )
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, all threads) process `pid` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def process_cpu_s(pid: int, thread: int | None = None) -> float:
+    """CPU seconds (user + system) process `pid` has used so far: all its threads, or only `thread` (a thread id;
+    `pid` itself is the main thread, where `mrjudge serve` runs its event loop)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -373,9 +377,13 @@ def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int, round
         asyncio.run(load(f"http://127.0.0.1:{port}", clients, 1.0, data_url(56, 0)))  # warm-up
         for _ in range(rounds):
             windows["inprocess"].append(inprocess.run(args.duration / rounds))
-            cpu = process_cpu_s(process.pid)
+            cpu, front = process_cpu_s(process.pid), process_cpu_s(process.pid, process.pid)
             window = asyncio.run(load(f"http://127.0.0.1:{port}", clients, args.duration / rounds, data_url(56, 0)))
-            windows["server"].append({**window, "server_cpu_s": process_cpu_s(process.pid) - cpu})
+            used = {
+                "server_cpu_s": process_cpu_s(process.pid) - cpu,
+                "front_cpu_s": process_cpu_s(process.pid, process.pid) - front,
+            }
+            windows["server"].append({**window, **used})
     finally:
         stop_server(process)
     served, local = windows["server"], windows["inprocess"]
@@ -395,6 +403,7 @@ def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int, round
         "server_judge_ms_per_batch": 1000 * sum(w["judge_busy_s"] for w in served) / sum(w["batches"] for w in served),
         "client_cpu_s_per_s": sum(w["client_cpu_s"] for w in served) / seconds,
         "server_cpu_s_per_s": sum(w["server_cpu_s"] for w in served) / seconds,
+        "front_cpu_s_per_s": sum(w["front_cpu_s"] for w in served) / seconds,
         "window_efficiency": [
             round(s["judgments_per_s"] / (i["answered"] / i["seconds"]), 3) for s, i in zip(served, local)
         ],
@@ -777,6 +786,11 @@ def main() -> None:
                 "server_judge_busy_frac": round(saturated["judge_busy_frac"], 3),
                 "server_client_cpu_s_per_s": round(saturated["client_cpu_s_per_s"], 3),
                 "server_cpu_s_per_s": round(saturated["server_cpu_s_per_s"], 3),
+                # the event loop's own thread (HTTP, JSON, checks, image decoding): the CPU the judge's cores lose
+                "server_front_cpu_s_per_s": round(saturated["front_cpu_s_per_s"], 3),
+                "server_front_cpu_ms_per_judgment": round(
+                    1000 * saturated["front_cpu_s_per_s"] / saturated["server_judgments_per_s"], 3
+                ),
                 # judgments per CPU-second of the server process against those of the judge in process: what
                 # the HTTP front costs, whatever share of the cores the machine's other work leaves either
                 "server_cpu_efficiency": round(
