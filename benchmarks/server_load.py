@@ -43,8 +43,8 @@
     python benchmarks/server_load.py --skip-throughput --skip-faults --hostile-duration 10   # the hostile run
 
 Every server's stderr goes to a file (`start_server`), never a pipe nobody drains. Run time: the bare run took
-237 s on 2 shared cores: the 20 s efficiency run and two 20 s throughput runs, each with its server's start, the
-10,000-request fault run at 164 requests/s, and two 20 s hostile phases. Prints one
+225 s on 2 shared cores: the 20 s efficiency run and two 20 s throughput runs, each with its server's start, the
+10,000-request fault run at 164–196 requests/s, and two 20 s hostile phases. Prints one
 JSON line.
 """
 
