@@ -89,6 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--refresh-learning-rate", type=float, default=1e-4)
     parser.add_argument("--agreement-questions", type=int, default=64, help="questions whose samples the judge scores")
     parser.add_argument("--seed", type=int, default=0, help="GRPO and sampling seed (the same for every arm)")
+    parser.add_argument(
+        "--select-every",
+        type=int,
+        default=0,
+        help="also save each arm every N steps, pick the step whose policy answers the dev questions best "
+        "(sampled exact answers) and report it beside the last (`*_selected`); needs --report val",
+    )
     parser.add_argument("--bootstrap", type=int, default=2000)
     return parser.parse_args(argv)
 
@@ -115,6 +122,23 @@ def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, 
         "unscored": len(rewards) - len(scored),
         "wrong_share": round(1 - sum(right) / max(1, len(right)), 4),
     }
+
+
+def best_step(dev_exact: dict[int, float]) -> int:
+    """The step whose policy answered the dev questions best; the earliest of equals (the least drift)."""
+    return max(sorted(dev_exact), key=lambda step: dev_exact[step])
+
+
+def select_on_dev(
+    arm_dir: Path, max_steps: int, dev_rows: list[dict[str, Any]], image_root: Path, evaluate: dict[str, Any]
+) -> dict[str, Any]:
+    """Score every saved step of an arm (`checkpoint-N`, and the last step's model in `arm_dir`) by its sampled
+    exact answers on the dev questions, which the reported ones never include, and pick the best (`best_step`)."""
+    saved = {int(p.name.split("-")[1]): p for p in arm_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()}
+    saved.setdefault(max_steps, arm_dir)
+    dev_exact = {step: exact_answers(path, dev_rows, image_root, **evaluate)["sampled"] for step, path in saved.items()}
+    step = best_step(dev_exact)
+    return {"step": step, "model": saved[step], "dev_exact": {s: dev_exact[s] for s in sorted(dev_exact)}}
 
 
 def refreshed_judge(
@@ -163,6 +187,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = sorted(set(arms) - set(ARMS))
     if unknown:
         raise SystemExit(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
+    if args.select_every and args.report != "val":
+        raise SystemExit(
+            "--select-every picks each arm's step on the dev questions: report on the others (--report val)"
+        )
     demo = args.demo
     if demo is None:  # the demo's judge recipe up to its GRPO stage, in the benchmark's own folder (resumable)
         demo = out / "demo"
@@ -181,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
     )
     train = [r for r in train if r["id"] not in dev_ids]
+    dev_rows = [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
     key = {"demo": str(demo.resolve()), "distill": demo_stage_hash(demo, "distill"), "seed": args.policy_seed}
     key.update(warmup_steps=args.warmup_steps, version=SEEING_POLICY_VERSION)
     key.update(sft_max_steps=args.sft_max_steps, dev_fraction=args.dev_fraction, dev_seed=args.seed)
@@ -243,6 +272,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 listwise=arm == "judge_listwise",
                 seed=args.seed,
                 **policy_grpo_fields(args),
+                **(
+                    dict(save_strategy="steps", save_steps=args.select_every, save_only_model=True)
+                    if args.select_every
+                    else {}
+                ),
             )
             history = History()
             arm_start = time.perf_counter()
@@ -263,6 +297,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "gain_ci95": (low, high),
                 "train_s": round(time.perf_counter() - arm_start, 1),
             }
+            if args.select_every:
+                chosen = select_on_dev(out / "arms" / arm, args.max_steps, dev_rows, negatives, evaluate)
+                picked = exact_answers(chosen["model"], report_rows, negatives, **evaluate)
+                low, high = paired_bootstrap(
+                    before["per_question"]["sampled"], [picked["per_question"]["sampled"]], args.bootstrap, args.seed
+                )
+                results[arm]["selected"] = {
+                    "step": chosen["step"],
+                    "dev_exact_by_step": chosen["dev_exact"],
+                    "exact_after": picked["sampled"],
+                    "gain": round(picked["sampled"] - before["sampled"], 4),
+                    "gain_greedy": round(picked["greedy"] - before["greedy"], 4),
+                    "gain_ci95": (low, high),
+                }
             if arm == "judge":
                 results[arm]["agree_end"] = agreement(
                     exact_answers(out / "arms" / arm, agree_rows, negatives, **evaluate),
@@ -308,6 +356,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "wall_s": round(time.perf_counter() - began, 1),
     }
+    if args.select_every:  # each arm at the step the dev questions chose, beside its last step above
+        selected = {arm: r["selected"] for arm, r in results.items()}
+        oracle_sel, judge_sel = (selected.get(a, {}).get("gain") for a in ("oracle", "judge"))
+        result["selected"] = {
+            "every": args.select_every,
+            "step": {arm: r["step"] for arm, r in selected.items()},
+            "dev_exact_by_step": {arm: r["dev_exact_by_step"] for arm, r in selected.items()},
+            "exact_after": {arm: r["exact_after"] for arm, r in selected.items()},
+            "gain": {arm: r["gain"] for arm, r in selected.items()},
+            "gain_greedy": {arm: r["gain_greedy"] for arm, r in selected.items()},
+            "gain_ci95_low": {arm: r["gain_ci95"][0] for arm, r in selected.items()},
+            "gain_ci95_high": {arm: r["gain_ci95"][1] for arm, r in selected.items()},
+            "judge_gain_ratio": round(judge_sel / oracle_sel, 3) if judge_sel is not None and oracle_sel else None,
+        }
     (out / "history.json").write_text(json.dumps(histories))
     (out / "result.json").write_text(json.dumps(result, indent=1))
     _plots(out, result, histories)

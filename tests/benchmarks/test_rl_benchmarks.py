@@ -75,3 +75,34 @@ def test_judge_as_reward_serves_the_refreshed_judge(quick_demo, tmp_path):
     assert refresh["policy_examples"] == 2 * refresh["pairs"] and refresh["own_examples"] > 0
     assert result["judge_model"] == refresh["model"] == str(tmp_path / "policy" / "refresh" / "model")
     assert set(result["gain"]) == {"judge"}
+
+
+def test_judge_as_reward_picks_each_arms_step_on_dev(quick_demo, tmp_path):
+    """`--select-every`: every saved step is scored on the dev questions (never the reported ones) and the
+    chosen step's policy is reported beside the last step's."""
+    result = _benchmark("judge_as_reward").main(
+        ["--demo", str(quick_demo), "--out", str(tmp_path / "policy"), "--warmup-steps", "2", "--sft-max-steps", "2"]
+        + ["--max-steps", "2", "--num-generations", "2", "--per-device-train-batch-size", "4", "--samples", "2"]
+        + ["--agreement-questions", "2", "--bootstrap", "50", "--arms", "oracle,random", "--select-every", "1"]
+    )
+    selected = result["selected"]
+    assert selected["every"] == 1 and set(selected["step"]) == {"oracle", "random"}
+    for arm in ("oracle", "random"):
+        by_step = selected["dev_exact_by_step"][arm]
+        assert sorted(by_step) == [1, 2]  # checkpoint-1 and checkpoint-2 (the last step)
+        assert selected["step"][arm] == max(sorted(by_step), key=by_step.get)
+        assert selected["gain_ci95_low"][arm] <= selected["gain"][arm] <= selected["gain_ci95_high"][arm]
+    assert (tmp_path / "policy" / "arms" / "oracle" / "checkpoint-1").is_dir()
+
+
+def test_best_step_is_the_earliest_of_equals():
+    best_step = _benchmark("judge_as_reward").best_step
+    assert best_step({100: 0.2, 200: 0.3, 300: 0.3, 400: 0.1}) == 200
+    assert best_step({600: 0.1}) == 600
+
+
+def test_select_every_refuses_to_choose_on_the_reported_questions(tmp_path):
+    with pytest.raises(SystemExit, match="--report val"):
+        _benchmark("judge_as_reward").main(
+            ["--demo", str(tmp_path / "missing"), "--report", "dev", "--select-every", "100", "--out", str(tmp_path)]
+        )
