@@ -16,7 +16,9 @@ policy's own temperature), `gain_greedy` the greedy one's; intervals are paired 
 judge agrees with the answer key (a wrong answer rewarded below one half, a right one at one half or above)
 and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference).
 Choices (steps, learning rate) are made with `--report dev` (training-split questions held back from the
-policy's SFT and GRPO); the validation split that is reported is never looked at for them.
+policy's SFT and GRPO); the validation split that is reported is never looked at for them. `--select-every N`
+makes one more choice the same way, per arm: the saved step (every N) whose policy answers the dev questions
+best, reported beside the last step (`selected`), as a run that picks its checkpoint on a referenced dev set.
 
     python benchmarks/judge_as_reward.py --out runs/judge_as_reward                 # trains a judge first
     python benchmarks/judge_as_reward.py --demo runs/demo --out runs/judge_as_reward  # the demo's world and judge
