@@ -96,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=0,
         help="also save each arm every N steps, pick the step whose policy answers the dev questions best "
-        "(sampled exact answers) and report it beside the last (`*_selected`); needs --report val",
+        "(sampled exact answers) and report it beside the last (`selected`); needs --report val",
     )
     parser.add_argument("--bootstrap", type=int, default=2000)
     return parser.parse_args(argv)
@@ -205,13 +205,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     train = rebase_images(world_questions(negatives, distill, "train"), negatives, data)
     rng = random.Random(f"{args.seed}:dev")
     dev_ids = set(rng.sample([r["id"] for r in train], round(args.dev_fraction * len(train))))
-    report_rows = (
-        world_questions(negatives, distill, "val")
-        if args.report == "val"
-        else [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
-    )
-    train = [r for r in train if r["id"] not in dev_ids]
     dev_rows = [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
+    report_rows = world_questions(negatives, distill, "val") if args.report == "val" else dev_rows
+    train = [r for r in train if r["id"] not in dev_ids]
     key = {"demo": str(demo.resolve()), "distill": demo_stage_hash(demo, "distill"), "seed": args.policy_seed}
     key.update(warmup_steps=args.warmup_steps, version=SEEING_POLICY_VERSION)
     key.update(sft_max_steps=args.sft_max_steps, dev_fraction=args.dev_fraction, dev_seed=args.seed)
