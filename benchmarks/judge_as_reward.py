@@ -126,6 +126,32 @@ def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, 
     }
 
 
+def after_figures(before: dict[str, Any], after: dict[str, Any], bootstrap: int, seed: int) -> dict[str, Any]:
+    """An arm's exact answers after training against `before` (both from `exact_answers` on the same
+    questions): sampled and greedy shares, their gains, and the sampled gain's paired interval."""
+    low, high = paired_bootstrap(before["per_question"]["sampled"], [after["per_question"]["sampled"]], bootstrap, seed)
+    return {
+        "exact_after": after["sampled"],
+        "exact_after_greedy": after["greedy"],
+        "gain": round(after["sampled"] - before["sampled"], 4),
+        "gain_greedy": round(after["greedy"] - before["greedy"], 4),
+        "gain_ci95": (low, high),
+    }
+
+
+def by_arm(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`after_figures` of every arm as the JSON line's dicts keyed by arm, and `judge_gain_ratio`."""
+    keyed: dict[str, Any] = {
+        key: {arm: f[key] for arm, f in figures.items()}
+        for key in ("exact_after", "exact_after_greedy", "gain", "gain_greedy")
+    }
+    keyed["gain_ci95_low"] = {arm: f["gain_ci95"][0] for arm, f in figures.items()}
+    keyed["gain_ci95_high"] = {arm: f["gain_ci95"][1] for arm, f in figures.items()}
+    oracle, judge = (figures.get(arm, {}).get("gain") for arm in ("oracle", "judge"))
+    keyed["judge_gain_ratio"] = round(judge / oracle, 3) if judge is not None and oracle else None
+    return keyed
+
+
 def best_step(dev_exact: dict[int, float]) -> int:
     """The step whose policy answered the dev questions best; the earliest of equals (the least drift)."""
     return max(sorted(dev_exact), key=lambda step: dev_exact[step])
@@ -284,30 +310,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
             run_recipe(build, config, [history.callback()])
             after = exact_answers(out / "arms" / arm, report_rows, negatives, **evaluate)
-            low, high = paired_bootstrap(
-                before["per_question"]["sampled"], [after["per_question"]["sampled"]], args.bootstrap, args.seed
-            )
             results[arm] = {
-                "exact_after": after["sampled"],
-                "exact_after_greedy": after["greedy"],
-                "gain": round(after["sampled"] - before["sampled"], 4),
-                "gain_greedy": round(after["greedy"] - before["greedy"], 4),
-                "gain_ci95": (low, high),
+                **after_figures(before, after, args.bootstrap, args.seed),
                 "train_s": round(time.perf_counter() - arm_start, 1),
             }
             if args.select_every:
                 chosen = select_on_dev(out / "arms" / arm, args.max_steps, dev_rows, negatives, evaluate)
                 picked = exact_answers(chosen["model"], report_rows, negatives, **evaluate)
-                low, high = paired_bootstrap(
-                    before["per_question"]["sampled"], [picked["per_question"]["sampled"]], args.bootstrap, args.seed
-                )
                 results[arm]["selected"] = {
+                    **after_figures(before, picked, args.bootstrap, args.seed),
                     "step": chosen["step"],
                     "dev_exact_by_step": chosen["dev_exact"],
-                    "exact_after": picked["sampled"],
-                    "gain": round(picked["sampled"] - before["sampled"], 4),
-                    "gain_greedy": round(picked["greedy"] - before["greedy"], 4),
-                    "gain_ci95": (low, high),
                 }
             if arm == "judge":
                 results[arm]["agree_end"] = agreement(
@@ -320,8 +333,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{arm}: {results[arm]}", file=sys.stderr)
         pairwise.close()
 
-    oracle_gain = results.get("oracle", {}).get("gain")
-    judge_gain = results.get("judge", {}).get("gain")
     agree_end = results.get("judge", {}).pop("agree_end", None)
     result = {
         "benchmark": "judge_as_reward",
@@ -330,13 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "exact_before": before["sampled"],
         "exact_before_greedy": before["greedy"],
         "exact_before_swapped_greedy": swapped["greedy"],
-        "exact_after": {arm: r["exact_after"] for arm, r in results.items()},
-        "exact_after_greedy": {arm: r["exact_after_greedy"] for arm, r in results.items()},
-        "gain": {arm: r["gain"] for arm, r in results.items()},
-        "gain_greedy": {arm: r["gain_greedy"] for arm, r in results.items()},
-        "gain_ci95_low": {arm: r["gain_ci95"][0] for arm, r in results.items()},
-        "gain_ci95_high": {arm: r["gain_ci95"][1] for arm, r in results.items()},
-        "judge_gain_ratio": (round(judge_gain / oracle_gain, 3) if judge_gain is not None and oracle_gain else None),
+        **by_arm(results),
         "agreement_start": agree_start["agreement"],
         "agreement_end": agree_end["agreement"] if agree_end else None,
         "judge_overpaid_start": agree_start["overpaid"],
@@ -356,17 +361,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if args.select_every:  # each arm at the step the dev questions chose, beside its last step above
         selected = {arm: r["selected"] for arm, r in results.items()}
-        oracle_sel, judge_sel = (selected.get(a, {}).get("gain") for a in ("oracle", "judge"))
         result["selected"] = {
             "every": args.select_every,
             "step": {arm: r["step"] for arm, r in selected.items()},
             "dev_exact_by_step": {arm: r["dev_exact_by_step"] for arm, r in selected.items()},
-            "exact_after": {arm: r["exact_after"] for arm, r in selected.items()},
-            "gain": {arm: r["gain"] for arm, r in selected.items()},
-            "gain_greedy": {arm: r["gain_greedy"] for arm, r in selected.items()},
-            "gain_ci95_low": {arm: r["gain_ci95"][0] for arm, r in selected.items()},
-            "gain_ci95_high": {arm: r["gain_ci95"][1] for arm, r in selected.items()},
-            "judge_gain_ratio": round(judge_sel / oracle_sel, 3) if judge_sel is not None and oracle_sel else None,
+            **by_arm(selected),
         }
     (out / "history.json").write_text(json.dumps(histories))
     (out / "result.json").write_text(json.dumps(result, indent=1))
