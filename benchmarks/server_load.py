@@ -7,8 +7,9 @@
      runs in this process, the same requests in batches of `--max-batch-items` through `compute_rewards`
      (what the server's batch worker runs; requests read and images decoded as the server does), against
      the server loaded by `--saturation-clients` closed-loop clients (default 2 x max-batch-items, so a full
-     batch always waits), in three alternating windows of `--duration / 3` s each so that other work on the
-     machine weighs on both alike. `server_efficiency` = server_judgments_per_s / inprocess_judgments_per_s;
+     batch always waits), in `--efficiency-rounds` (6) rounds of two windows of `--duration / 3` s each, the
+     order turned every round (in process first, then the server first, ...), so that other work on the
+     machine, and its drift, weigh on both alike. `server_efficiency` = server_judgments_per_s / inprocess_judgments_per_s;
      `server_cpu_efficiency` compares judgments per CPU-second of each process (what the HTTP front costs,
      whatever share of the cores the machine leaves), `server_front_cpu_ms_per_judgment` the event loop
      thread's own CPU (HTTP, JSON, checks, image decoding: what the judge's cores give up to the front);
@@ -43,8 +44,8 @@
     python benchmarks/server_load.py --skip-throughput --skip-faults --hostile-duration 10   # the hostile run
 
 Every server's stderr goes to a file (`start_server`), never a pipe nobody drains. Run time: the bare run took
-225 s on 2 shared cores: the 20 s efficiency run and two 20 s throughput runs, each with its server's start, the
-10,000-request fault run at 164–196 requests/s, and two 20 s hostile phases. Prints one
+241 s on 2 shared cores: the efficiency run (six rounds of two ~6.7 s windows) and two 20 s throughput runs,
+each with its server's start, the 10,000-request fault run at 196–249 requests/s, and two 20 s hostile phases. Prints one
 JSON line.
 """
 
@@ -366,24 +367,30 @@ class InProcess:
                 "cpu_s": time.process_time() - cpu, "judge_s": self.judge_s}  # fmt: skip
 
 
-def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int, rounds: int = 3) -> dict:
-    """In process and through the server at saturation (`clients` closed-loop clients), in `rounds` alternating
-    windows of `--duration / rounds` s each, so that other work on the machine weighs on both alike."""
+def efficiency_run(model_dir: str, args: argparse.Namespace, clients: int) -> dict:
+    """In process and through the server at saturation (`clients` closed-loop clients), in
+    `args.efficiency_rounds` rounds of two windows of `--duration / 3` s, the order turned each round (AB BA AB
+    ...) so that the machine's other work and its drift weigh on both alike. Single windows of this VM read from
+    0.62 to 1.26 of the in-process rate: three rounds in one order were too few to tell 0.8 from 0.9."""
     inprocess = InProcess(model_dir, args)
     port = free_port()
     process = start_server([sys.executable, "-m", "mrjudge.cli", *serve_args(model_dir, args, port, True)], port)
     windows: dict[str, list[dict]] = {"inprocess": [], "server": []}
     try:
         asyncio.run(load(f"http://127.0.0.1:{port}", clients, 1.0, data_url(56, 0)))  # warm-up
-        for _ in range(rounds):
-            windows["inprocess"].append(inprocess.run(args.duration / rounds))
-            cpu, front = process_cpu_s(process.pid), process_cpu_s(process.pid, process.pid)
-            window = asyncio.run(load(f"http://127.0.0.1:{port}", clients, args.duration / rounds, data_url(56, 0)))
-            used = {
-                "server_cpu_s": process_cpu_s(process.pid) - cpu,
-                "front_cpu_s": process_cpu_s(process.pid, process.pid) - front,
-            }
-            windows["server"].append({**window, **used})
+        window_s = args.duration / 3
+        for round_ in range(args.efficiency_rounds):
+            for side in ("inprocess", "server") if round_ % 2 == 0 else ("server", "inprocess"):
+                if side == "inprocess":
+                    windows["inprocess"].append(inprocess.run(window_s))
+                    continue
+                cpu, front = process_cpu_s(process.pid), process_cpu_s(process.pid, process.pid)
+                window = asyncio.run(load(f"http://127.0.0.1:{port}", clients, window_s, data_url(56, 0)))
+                used = {
+                    "server_cpu_s": process_cpu_s(process.pid) - cpu,
+                    "front_cpu_s": process_cpu_s(process.pid, process.pid) - front,
+                }
+                windows["server"].append({**window, **used})
     finally:
         stop_server(process)
     served, local = windows["server"], windows["inprocess"]
@@ -715,6 +722,12 @@ def main() -> None:
     parser.add_argument(
         "--saturation-clients", type=int, default=0, help="clients of the saturated run (default: 2 x max-batch-items)"
     )
+    parser.add_argument(
+        "--efficiency-rounds",
+        type=int,
+        default=6,
+        help="rounds of the near-the-limit run, each a --duration/3 s window in process and one through the server",
+    )
     parser.add_argument("--fault-requests", type=int, default=10_000)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--max-batch-items", type=int, default=32)
@@ -730,6 +743,8 @@ def main() -> None:
     parser.add_argument("--serve-instant", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--hostile-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.efficiency_rounds < 1:
+        parser.error(f"--efficiency-rounds ({args.efficiency_rounds}) must be >= 1")
     if args.serve_instant:
         serve_instant(args.serve_instant, args.hostile_server, args.judge_delay_ms)
         return
@@ -779,7 +794,8 @@ def main() -> None:
                 "server_efficiency": round(
                     saturated["server_judgments_per_s"] / saturated["inprocess_judgments_per_s"], 3
                 ),
-                "server_efficiency_by_window": saturated["window_efficiency"],
+                "server_efficiency_by_window": saturated["window_efficiency"],  # by round: AB, BA, AB, ...
+                "efficiency_rounds": args.efficiency_rounds,
                 "server_p50_ms": round(saturated["p50_ms"], 1),
                 "server_p99_ms": round(saturated["p99_ms"], 1),
                 "server_mean_batch_requests": round(saturated["mean_batch_requests"], 2),

@@ -1,7 +1,9 @@
-"""`run_server`'s process settings: the GIL switch interval the judge thread and the event loop share."""
+"""`run_server`'s process settings: the GIL switch interval the judge thread and the event loop share, and the
+judge's long-lived objects frozen out of the collector's full collections."""
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import pytest
@@ -22,6 +24,27 @@ def test_the_server_process_gets_the_configured_switch_interval(monkeypatch):
         assert seen == [pytest.approx(0.030)]
     finally:
         sys.setswitchinterval(before)
+        gc.unfreeze()
+
+
+def test_what_is_alive_when_the_server_starts_is_frozen_out_of_full_collections(monkeypatch):
+    """A served judge's modules and parameters are alive for good; a full collection walking them held the GIL
+    ~150 ms (docs/reward-server.md). What a request allocates later is still collected."""
+    import uvicorn
+
+    judge_like = [{"weights": [object() for _ in range(100)]} for _ in range(100)]
+    frozen: list[int] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: frozen.append(gc.get_freeze_count()))
+    monkeypatch.setattr("reward_server.run._log_to_stderr", lambda level, interval_s: None)
+    before = sys.getswitchinterval()
+    try:
+        gc.unfreeze()
+        run_server(judge_like, ServerConfig(), log_level="warning")
+        assert frozen and frozen[0] >= len(judge_like) * 101
+        assert gc.is_tracked(judge_like[0]) and gc.get_freeze_count() == frozen[0]
+    finally:
+        sys.setswitchinterval(before)
+        gc.unfreeze()
 
 
 def test_the_switch_interval_is_a_serve_flag_and_must_be_positive():
