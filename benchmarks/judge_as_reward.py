@@ -1,20 +1,30 @@
 """Does a policy learn from the served judge about as well as from the answer key?
 
 A *seeing* policy (`tiny_world.seeing_policy`: its own perception warm-up, frozen tower, SFT on right
-answers) is trained by TRL GRPO in four arms from the same start, with the same prompts, seeds and steps:
+answers) is trained by TRL GRPO in four arms (three more on request) from the same start, with the same prompts,
+seeds and steps:
 
 - `oracle`: exact match to the reference (the answer key; the most any reward can teach here);
 - `judge`: the judge behind the real reward server on loopback, pairwise against the reference, as users
   run it (`POST /v1/reward`, `judge.reward_http`);
 - `judge_listwise`: the same server, no reference: a prompt's completions judged together;
-- `random`: uniform noise, independent of the text (what no signal does).
+- `random`: uniform noise, independent of the text (what no signal does);
+- `judge_capped` (only when asked for in `--arms`): pairwise, capped at the reference's own reward
+  (`cap_at_reference`: a tie pays in full, fooling the judge past the reference nothing more);
+- `oracle_noisy` (only when asked for): the answer key with the judge's own error rates on the start policy's
+  answers (`judge_overpaid_start`, `judge_underpaid_start`), its errors drawn at random on every call: what
+  the judge would teach if its errors were noise rather than a preference the policy can find again;
+- `oracle_noisy_fixed` (only when asked for): the same rates, each error drawn once per question and answer
+  text, so a wrong answer once overpaid is always overpaid, as by a judge that prefers it.
+  `--noise-false-positive` sets the rate of both in place of the judge's.
 
 Before and after each arm: exact answers to every validation question, greedy and sampled (4 per question,
 temperature 1). `gain` is the sampled share's rise (what GRPO optimises: the expected exact answer at the
 policy's own temperature), `gain_greedy` the greedy one's; intervals are paired bootstraps over questions.
 `judge_gain_ratio` = judge gain / oracle gain. On the policy's own samples (first and last): how often the
 judge agrees with the answer key (a wrong answer rewarded below one half, a right one at one half or above)
-and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference).
+and `judge_overpaid` (wrong answers rewarded above one half: the judge preferred them to the reference); the
+end figures per pairwise arm in `judge_overpaid_end_by_arm`, every arm's gain over the oracle's in `gain_ratio`.
 Choices (steps, learning rate) are made with `--report dev` (training-split questions held back from the
 policy's SFT and GRPO); the validation split that is reported is never looked at for them. `--select-every N`
 makes one more choice the same way, per arm: the saved step (every N) whose policy answers the dev questions
@@ -51,6 +61,7 @@ from tiny_world.policy_data import rebase_images, world_questions  # noqa: E402
 from tiny_world.recipe import History  # noqa: E402
 from tiny_world.seeing_policy import (  # noqa: E402
     SEEING_POLICY_VERSION,
+    NoisyOracleReward,
     OracleReward,
     RandomReward,
     exact_answers,
@@ -59,7 +70,8 @@ from tiny_world.seeing_policy import (  # noqa: E402
     train_seeing_policy,
 )
 
-ARMS = ("oracle", "judge", "judge_listwise", "random")
+ARMS = ("oracle", "judge", "judge_listwise", "random", "judge_capped", "oracle_noisy", "oracle_noisy_fixed")
+DEFAULT_ARMS = ARMS[:4]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,7 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("runs/judge_as_reward"))
     parser.add_argument("--demo", type=Path, help="a demo folder with its world and judge (default: train one)")
     parser.add_argument("--judge", type=Path, help="the judge model (default: the demo's grpo/model)")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"arms to run, comma-separated ({', '.join(ARMS)})")
+    parser.add_argument(
+        "--arms", default=",".join(DEFAULT_ARMS), help=f"arms to run, comma-separated ({', '.join(ARMS)})"
+    )
     parser.add_argument("--report", choices=("val", "dev"), default="val", help="the questions figures are on")
     parser.add_argument("--dev-fraction", type=float, default=0.1, help="training questions held back for choices")
     parser.add_argument("--policy-seed", type=int, default=1, help="the policy's own seed (warm-up, SFT)")
@@ -92,6 +106,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--agreement-questions", type=int, default=64, help="questions whose samples the judge scores")
     parser.add_argument("--seed", type=int, default=0, help="GRPO and sampling seed (the same for every arm)")
     parser.add_argument(
+        "--noise-false-positive",
+        type=float,
+        help="the oracle_noisy arms' rate of paying a wrong answer (default: the judge's, judge_overpaid_start)",
+    )
+    parser.add_argument(
         "--select-every",
         type=int,
         default=0,
@@ -103,7 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, image_root: Path) -> dict[str, Any]:
-    """The judge's pairwise rewards on the policy's own sampled answers, against the answer key."""
+    """The judge's pairwise rewards on the policy's own sampled answers, against the answer key: `agreement`,
+    `overpaid` (wrong answers above one half), `underpaid` (right answers below a quarter)."""
     from judge.images import load_image
     from tiny_world.synthetic_eval import normalize
 
@@ -118,9 +138,13 @@ def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, 
     right = [normalize(c) == normalize(a) for c, a in zip(completions, answers)]
     scored = [(r, ok) for r, ok in zip(rewards, right) if r is not None]
     wrong = [r for r, ok in scored if not ok]
+    matched = [r for r, ok in scored if ok]
     return {
         "agreement": round(sum((r >= 0.5) == ok for r, ok in scored) / len(scored), 4) if scored else None,
         "overpaid": round(sum(r > 0.5 for r in wrong) / len(wrong), 4) if wrong else None,
+        # a right answer ties the reference: its de-biased reward straddles one half; below a quarter the judge
+        # clearly preferred the reference to an answer equal to it
+        "underpaid": round(sum(r < 0.25 for r in matched) / len(matched), 4) if matched else None,
         "unscored": len(rewards) - len(scored),
         "wrong_share": round(1 - sum(right) / max(1, len(right)), 4),
     }
@@ -140,7 +164,8 @@ def after_figures(before: dict[str, Any], after: dict[str, Any], bootstrap: int,
 
 
 def by_arm(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`after_figures` of every arm as the JSON line's dicts keyed by arm, and `judge_gain_ratio`."""
+    """`after_figures` of every arm as the JSON line's dicts keyed by arm, `judge_gain_ratio`, and every other
+    arm's gain over the oracle's (`gain_ratio`)."""
     keyed: dict[str, Any] = {
         key: {arm: f[key] for arm, f in figures.items()}
         for key in ("exact_after", "exact_after_greedy", "gain", "gain_greedy")
@@ -149,6 +174,9 @@ def by_arm(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
     keyed["gain_ci95_high"] = {arm: f["gain_ci95"][1] for arm, f in figures.items()}
     oracle, judge = (figures.get(arm, {}).get("gain") for arm in ("oracle", "judge"))
     keyed["judge_gain_ratio"] = round(judge / oracle, 3) if judge is not None and oracle else None
+    keyed["gain_ratio"] = {
+        arm: round(f["gain"] / oracle, 3) for arm, f in figures.items() if arm != "oracle" and oracle
+    }
     return keyed
 
 
@@ -281,11 +309,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         agree_start = agreement(
             exact_answers(start_model, agree_rows, negatives, **evaluate), agree_rows, pairwise, negatives
         )
+        noise_rates = (
+            (agree_start["overpaid"] or 0.0) if args.noise_false_positive is None else args.noise_false_positive,
+            agree_start["underpaid"] or 0.0,
+        )
         rewards = {
             "oracle": [OracleReward()],
             "random": [RandomReward(args.seed)],
+            **{
+                arm: [NoisyOracleReward(args.seed, *noise_rates, persistent=arm == "oracle_noisy_fixed")]
+                for arm in ("oracle_noisy", "oracle_noisy_fixed")
+            },
             "judge": None,  # the config's own reward: the server, pairwise against the reference
             "judge_listwise": None,
+            "judge_capped": None,  # pairwise, capped at the reference's own reward
         }
         for arm in arms:
             config = policy_grpo_config(
@@ -294,6 +331,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 out / "arms" / arm,
                 url,
                 listwise=arm == "judge_listwise",
+                cap_at_reference=arm == "judge_capped",
                 seed=args.seed,
                 **policy_grpo_fields(args),
                 **(
@@ -322,7 +360,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "step": chosen["step"],
                     "dev_exact_by_step": chosen["dev_exact"],
                 }
-            if arm == "judge":
+            if arm in ("judge", "judge_capped"):  # the judge's own (uncapped) view of the trained policy's answers
                 results[arm]["agree_end"] = agreement(
                     exact_answers(out / "arms" / arm, agree_rows, negatives, **evaluate),
                     agree_rows,
@@ -333,7 +371,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{arm}: {results[arm]}", file=sys.stderr)
         pairwise.close()
 
-    agree_end = results.get("judge", {}).pop("agree_end", None)
+    agree_ends = {arm: r.pop("agree_end") for arm, r in results.items() if "agree_end" in r}
+    agree_end = agree_ends.get("judge")
     result = {
         "benchmark": "judge_as_reward",
         "report_set": args.report,
@@ -346,6 +385,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agreement_end": agree_end["agreement"] if agree_end else None,
         "judge_overpaid_start": agree_start["overpaid"],
         "judge_overpaid_end": agree_end["overpaid"] if agree_end else None,
+        "judge_overpaid_end_by_arm": {arm: a["overpaid"] for arm, a in agree_ends.items()},
+        "judge_underpaid_start": agree_start["underpaid"],
+        "noise_rates": {"false_positive": noise_rates[0], "false_negative": noise_rates[1]},
         "policy": {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()},
         "judge_model": str(judge_model),
         "refresh": refresh,

@@ -38,8 +38,14 @@ GroupResults = list[list[float | None] | None]
 """One entry per group: its rewards, or None when judging it failed for good (the reason is in `RewardCall`)."""
 
 
-def check_reward_options(mode: str, tournament: str, reference_column: str | None, max_options: int) -> None:
+def check_reward_options(
+    mode: str, tournament: str, reference_column: str | None, max_options: int, cap_at_reference: bool = False
+) -> None:
     """The checks every judge reward (and its config spec) makes on how groups are judged."""
+    if cap_at_reference and mode != "pairwise":
+        raise ValueError(
+            f"cap_at_reference caps a pairwise reward at the reference's own: set mode 'pairwise' ({mode!r})"
+        )
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if tournament not in TOURNAMENTS:
@@ -72,6 +78,9 @@ class GroupedJudgeReward(ABC):
         max_options: the judge's option limit; larger listwise groups become knock-out tournaments.
         retry: retries and back-off of a failed judging call (`judge.reward_wire.RetryPolicy`).
         image_root: folder relative image paths are read from.
+        cap_at_reference: pairwise, pay `min(1, 2 p)` for the judge's probability `p` that a completion beats
+            the reference: one the judge ties with the reference earns the full reward and one it prefers
+            earns no more, so GRPO gains nothing by moving toward answers that fool the judge past the reference.
         name: TRL logs the reward as `rewards/<name>/mean` and the counters as `<name>/…`.
     """
 
@@ -85,9 +94,11 @@ class GroupedJudgeReward(ABC):
         max_options: int = 8,
         retry: RetryPolicy | Mapping[str, Any] | None = None,
         image_root: str | None = None,
+        cap_at_reference: bool = False,
         name: str = "judge",
     ) -> None:
-        check_reward_options(mode, tournament, reference_column, max_options)
+        check_reward_options(mode, tournament, reference_column, max_options, cap_at_reference)
+        self.cap_at_reference = cap_at_reference
         self.mode, self.tournament = mode, tournament
         self.reference_column = reference_column
         self.image_columns = tuple(image_columns)
@@ -184,6 +195,8 @@ class GroupedJudgeReward(ABC):
         start: float,
         log_metric: Callable[[str, float], None] | None,
     ) -> list[float | None]:
+        if self.cap_at_reference:
+            results = [capped(group, result) for group, result in zip(groups, results)]
         rewards = scatter(n, groups, results)
         failed_groups = failed = unscored = 0
         for group, result in zip(groups, results):
@@ -222,6 +235,13 @@ class GroupedJudgeReward(ABC):
         if any(isinstance(failure, RewardRefused) for failure in call.failures):
             raise _summary(call, failed_groups, len(groups), self.__name__)
         return rewards
+
+
+def capped(group: RewardGroup, rewards: list[float | None] | None) -> list[float | None] | None:
+    """A group's pairwise rewards capped at the reference's own (`cap_at_reference`): `min(1, 2 p)`."""
+    if rewards is None or group.request is None or group.request.mode != "pairwise":
+        return rewards
+    return [None if r is None else min(1.0, 2.0 * r) for r in rewards]
 
 
 def _summary(call: RewardCall, failed_groups: int, groups: int, name: str) -> RewardError:

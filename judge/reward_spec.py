@@ -40,6 +40,13 @@ class _RewardOptions:
     max_options: int = field(
         default=8, metadata={"help": "Judge's option limit; larger listwise groups play a knock-out instead."}
     )
+    cap_at_reference: bool = field(
+        default=False,
+        metadata={
+            "help": "Pairwise: reward min(1, 2p), p the judge's probability of beating the reference: a tie with "
+            "the reference earns full reward, fooling the judge past it nothing more."
+        },
+    )
     retry: RetryPolicy = field(
         default_factory=RetryPolicy,
         metadata={"help": f"Retries of failed judging: {{{', '.join(RetryPolicy.keys())}}}; then the group gets None."},
@@ -47,7 +54,7 @@ class _RewardOptions:
 
     def __post_init__(self) -> None:
         self.retry = RetryPolicy.from_dict(self.retry)
-        check_reward_options(self.mode, self.tournament, self.reference_column, self.max_options)
+        check_reward_options(self.mode, self.tournament, self.reference_column, self.max_options, self.cap_at_reference)
         where = getattr(self, self.target)
         if not where or not isinstance(where, str | list | tuple) or not self._valid_target(where):
             raise ValueError(

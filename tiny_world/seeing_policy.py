@@ -24,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "SEEING_POLICY_VERSION",
+    "NoisyOracleReward",
     "OracleReward",
     "RandomReward",
     "exact_answers",
@@ -60,6 +61,41 @@ class RandomReward:
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         return [self.rng.random() for _ in completions]
+
+
+class NoisyOracleReward:
+    """TRL reward function: the answer key with a judge's error rates: a wrong completion is paid 1.0 with
+    probability `false_positive`, a right one 0.0 with `false_negative`.
+
+    Beside a judge with the same rates it tells how often the judge errs from *which* answers it errs on. By
+    default the errors are drawn afresh on every call (noise: no answer is overpaid for good); `persistent`
+    draws them once per question and answer text, so the same wrong answer is always paid or never, as a judge
+    that prefers it would, and a policy can find it again.
+    """
+
+    def __init__(self, seed: int, false_positive: float, false_negative: float = 0.0, persistent: bool = False):
+        for name, rate in (("false_positive", false_positive), ("false_negative", false_negative)):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} ({rate}) must be a probability in [0, 1]")
+        self.false_positive, self.false_negative, self.persistent = false_positive, false_negative, persistent
+        self.__name__ = "oracle_noisy_fixed" if persistent else "oracle_noisy"
+        self.seed = seed
+        self.rng = random.Random(f"{seed}:noisy-oracle")
+        self.key = OracleReward()
+
+    def __call__(self, prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+        from judge.reward_inputs import completion_text
+        from tiny_world.synthetic_eval import normalize
+
+        right = self.key(prompts, completions, answer)
+        rewards = []
+        for r, completion, reference in zip(right, completions, answer):
+            if self.persistent:  # one draw per (question, answer): str seeds hash the same in every process
+                draw = random.Random(f"{self.seed}:{normalize(reference)}:{normalize(completion_text(completion))}")
+            else:
+                draw = self.rng
+            rewards.append(1.0 - r if draw.random() < (self.false_negative if r else self.false_positive) else r)
+        return rewards
 
 
 def train_seeing_policy(
@@ -147,16 +183,26 @@ def policy_grpo_fields(settings: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def policy_grpo_config(
-    start: str | Path, prompts: str | Path, out: str | Path, url: str, *, listwise: bool = False, **fields: Any
+    start: str | Path,
+    prompts: str | Path,
+    out: str | Path,
+    url: str,
+    *,
+    listwise: bool = False,
+    cap_at_reference: bool = False,
+    **fields: Any,
 ) -> Any:
     """The seeing policy's GRPO (`training.policy.JudgePolicyGRPOConfig`) from `start` on `prompts` into `out`,
     rewarded by the server at `url`: pairwise against the reference, or `listwise` (no reference: a prompt's
-    completions judged together, in knock-out games of two). TRL's `grpo` loss, temperature 1, the tower
+    completions judged together, in knock-out games of two); pairwise, `cap_at_reference` pays a tie with the
+    reference in full and nothing more for beating it. TRL's `grpo` loss, temperature 1, the tower
     frozen; `fields` (max_steps, learning_rate, beta, …) are `JudgePolicyGRPOConfig` fields and win."""
     from tiny_world.recipe import TRAINER_DEFAULTS
     from training.policy import JudgePolicyGRPOConfig
 
     mode = {"mode": "listwise", "reference_column": None} if listwise else {"mode": "pairwise"}
+    if cap_at_reference:
+        mode["cap_at_reference"] = True
     settings = dict(temperature=1.0, loss_type="grpo", logging_steps=1, freeze_vision=True, **TRAINER_DEFAULTS)
     return JudgePolicyGRPOConfig(
         model_name_or_path=str(start),

@@ -49,32 +49,41 @@ def test_judge_grpo_gain_runs_every_arm(quick_demo, tmp_path):
 
 @pytest.mark.slow
 def test_judge_as_reward_runs_every_arm(quick_demo, tmp_path):
-    result = _benchmark("judge_as_reward").main(
+    module = _benchmark("judge_as_reward")
+    result = module.main(
         ["--demo", str(quick_demo), "--out", str(tmp_path / "policy"), "--warmup-steps", "2", "--sft-max-steps", "2"]
         + ["--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size", "4", "--samples", "2"]
-        + ["--agreement-questions", "2", "--bootstrap", "50"]
+        + ["--agreement-questions", "2", "--bootstrap", "50", "--arms", ",".join(module.ARMS)]
     )
-    arms = {"oracle", "judge", "judge_listwise", "random"}
+    arms = {"oracle", "judge", "judge_listwise", "random", "judge_capped", "oracle_noisy", "oracle_noisy_fixed"}
+    assert set(module.DEFAULT_ARMS) == {"oracle", "judge", "judge_listwise", "random"}
     for key in ("exact_after", "gain", "gain_ci95_low", "gain_ci95_high"):
         assert set(result[key]) == arms, key
     for key in ("exact_before", "judge_gain_ratio", "agreement_start", "judge_overpaid_end", "wall_s"):
         assert key in result, key
+    assert result["judge_underpaid_start"] is None or 0 <= result["judge_underpaid_start"] <= 1
+    assert result["noise_rates"] == {
+        "false_positive": result["judge_overpaid_start"] or 0.0,
+        "false_negative": result["judge_underpaid_start"] or 0.0,
+    }
     assert (tmp_path / "policy" / "exact.png").is_file() and (tmp_path / "policy" / "rewards.png").is_file()
 
 
 def test_judge_as_reward_serves_the_refreshed_judge(quick_demo, tmp_path):
-    """`--refresh-steps`: the judge is refreshed on the start policy's wrong answers first, then served."""
+    """`--refresh-steps`: the judge is refreshed on the start policy's wrong answers first, then served (to the
+    pairwise arm and to the one capped at the reference's reward)."""
     result = _benchmark("judge_as_reward").main(
         ["--demo", str(quick_demo), "--out", str(tmp_path / "policy"), "--warmup-steps", "2", "--sft-max-steps", "2"]
         + ["--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size", "4", "--samples", "2"]
-        + ["--agreement-questions", "2", "--bootstrap", "50", "--arms", "judge"]
+        + ["--agreement-questions", "2", "--bootstrap", "50", "--arms", "judge,judge_capped"]
         + ["--refresh-steps", "1", "--refresh-questions", "6"]
     )
     refresh = result["refresh"]
     assert refresh["questions"] == 6 and refresh["steps"] == 1 and refresh["pairs"] > 0
     assert refresh["policy_examples"] == 2 * refresh["pairs"] and refresh["own_examples"] > 0
     assert result["judge_model"] == refresh["model"] == str(tmp_path / "policy" / "refresh" / "model")
-    assert set(result["gain"]) == {"judge"}
+    assert set(result["gain"]) == set(result["judge_overpaid_end_by_arm"]) == {"judge", "judge_capped"}
+    assert result["judge_overpaid_end"] == result["judge_overpaid_end_by_arm"]["judge"]
 
 
 def test_judge_as_reward_picks_each_arms_step_on_dev(quick_demo, tmp_path):

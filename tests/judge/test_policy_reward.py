@@ -36,7 +36,7 @@ from judge.policy_reward import (
 )
 from judge.reward_wire import RetryPolicy, RewardRefused
 from tests.support.reward_app import ALWAYS_500, fresh_state, make_reward_app, rule_judge
-from tests.support.scripted_judge import RuleJudgeBackend
+from tests.support.scripted_judge import RuleJudgeBackend, ScoredRuleBackend
 from tiny_world.servers.openai_server import serve
 
 
@@ -153,6 +153,19 @@ def test_pairwise_mode_judges_every_completion_against_the_reference():
     reward = InProcessJudgeReward(rule_judge(), mode="pairwise", reference_column="answer")
     rewards = reward(prompts=["Q"] * 3, completions=["score=1", "score=6", "score=9"], answer=["score=5"] * 3)
     assert rewards == [0.0, 1.0, 1.0]  # listwise would have given the 6 nothing
+
+
+def test_cap_at_reference_pays_a_tie_in_full_and_nothing_more_for_beating_the_reference():
+    # Option probabilities are the softmax of the scores: 4 against 5 is 0.269, a tie 0.5, 6 against 5 0.731.
+    judge = Judge(ScoredRuleBackend(), JudgeConfig(orders=2))
+    completions, answers = ["score=4", "score=5", "score=6"], ["score=5"] * 3
+    plain = InProcessJudgeReward(judge, mode="pairwise", reference_column="answer")
+    p = plain(prompts=["Q"] * 3, completions=completions, answer=answers)
+    assert p == pytest.approx([0.2689, 0.5, 0.7311], abs=1e-4)
+    capped = InProcessJudgeReward(judge, mode="pairwise", reference_column="answer", cap_at_reference=True)
+    assert capped(prompts=["Q"] * 3, completions=completions, answer=answers) == pytest.approx([2 * p[0], 1.0, 1.0])
+    spec = reward_spec({"url": "http://j", "mode": "pairwise", "cap_at_reference": True})
+    assert spec.build().cap_at_reference and reward_spec(spec.to_dict()) == spec
 
 
 def test_groups_above_the_option_limit_play_a_knockout():
@@ -336,6 +349,7 @@ def test_against_the_real_reward_server_with_a_key(monkeypatch):
         ({"model": "j", "judge": {"order": 2}}, r"reward.judge \(JudgeConfig\) key\(s\) \['order'\]"),
         ({"url": "http://j", "retry": {"timeout_s": 0}}, r"timeout_s > 0 \(0\)"),
         ({"url": "http://j", "mode": "pairwise", "reference_column": None}, "set reference_column"),
+        ({"url": "http://j", "cap_at_reference": True}, r"cap_at_reference .* set mode 'pairwise' \('listwise'\)"),
     ],
 )
 def test_reward_spec_names_what_is_wrong(values, match):

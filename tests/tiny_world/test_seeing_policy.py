@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_world.seeing_policy import OracleReward, RandomReward, exact_answers, train_seeing_policy
+from tiny_world.seeing_policy import (
+    NoisyOracleReward,
+    OracleReward,
+    RandomReward,
+    exact_answers,
+    train_seeing_policy,
+)
 
 
 def test_oracle_is_exact_match_to_the_reference():
@@ -28,6 +34,42 @@ def test_random_reward_does_not_read_the_text():
     second = b(prompts=[""] * 4, completions=["other"] * 4)  # other texts, same draw
     assert first == second and len(set(first)) == 4 and all(0 <= r < 1 for r in first)
     assert RandomReward(seed=4)(prompts=[""] * 4, completions=texts) != first
+
+
+def test_noisy_oracle_errs_at_its_rates_and_not_on_the_same_answers():
+    """The answer key with a judge's error rates: wrong answers paid at `false_positive`, right ones refused at
+    `false_negative`, drawn afresh on every call (so no answer is overpaid for good)."""
+    n = 4000
+    completions = ["The circle is red."] * n + ["The circle is blue."] * n
+    answers = ["The circle is red."] * (2 * n)
+    noisy = NoisyOracleReward(seed=0, false_positive=0.4, false_negative=0.1)
+    rewards = noisy(prompts=[""] * (2 * n), completions=completions, answer=answers)
+    right, wrong = rewards[:n], rewards[n:]
+    assert set(rewards) == {0.0, 1.0} and noisy.__name__ == "oracle_noisy"
+    assert sum(right) / n == pytest.approx(0.9, abs=0.02) and sum(wrong) / n == pytest.approx(0.4, abs=0.02)
+    again = noisy(prompts=[""] * (2 * n), completions=completions, answer=answers)
+    assert again != rewards  # a fresh draw each call: the same wrong answer is not always paid
+    exact = NoisyOracleReward(seed=0, false_positive=0.0)(
+        prompts=[""] * 3, completions=completions[n - 1 : n + 2], answer=answers[:3]
+    )
+    assert exact == [1.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"false_positive \(1.5\) must be a probability"):
+        NoisyOracleReward(seed=0, false_positive=1.5)
+
+
+def test_persistent_noisy_oracle_pays_the_same_wrong_answer_every_time():
+    """`persistent`: each error drawn once per question and answer text, as a judge that prefers an answer keeps
+    preferring it; across distinct wrong answers the rate is still `false_positive`."""
+    wrong = [f"The circle is {i}." for i in range(2000)]
+    answers = ["The circle is red."] * len(wrong)
+    fixed = NoisyOracleReward(seed=0, false_positive=0.3, persistent=True)
+    first = fixed(prompts=[""] * len(wrong), completions=wrong, answer=answers)
+    assert fixed.__name__ == "oracle_noisy_fixed" and sum(first) / len(wrong) == pytest.approx(0.3, abs=0.03)
+    again = NoisyOracleReward(seed=0, false_positive=0.3, persistent=True)  # a fresh instance: the same verdicts
+    assert again(prompts=[""] * len(wrong), completions=[w.upper() + "  " for w in wrong], answer=answers) == first
+    other = NoisyOracleReward(seed=1, false_positive=0.3, persistent=True)
+    assert other(prompts=[""] * len(wrong), completions=wrong, answer=answers) != first
+    assert fixed(prompts=[""], completions=["The circle is red."], answer=["the circle is red"]) == [1.0]
 
 
 @pytest.fixture(scope="module")
