@@ -9,7 +9,8 @@
      the server loaded by `--saturation-clients` closed-loop clients (default 2 x max-batch-items, so a full
      batch always waits), in `--efficiency-rounds` (6) rounds of two windows of `--duration / 3` s each, the
      order turned every round (in process first, then the server first, ...), so that other work on the
-     machine, and its drift, weigh on both alike. `server_efficiency` = server_judgments_per_s / inprocess_judgments_per_s;
+     machine, and its drift, weigh on both alike.
+     `server_efficiency` = server_judgments_per_s / inprocess_judgments_per_s;
      `server_cpu_efficiency` compares judgments per CPU-second of each process (what the HTTP front costs,
      whatever share of the cores the machine leaves), `server_front_cpu_ms_per_judgment` the event loop
      thread's own CPU (HTTP, JSON, checks, image decoding: what the judge's cores give up to the front);
@@ -45,8 +46,8 @@
 
 Every server's stderr goes to a file (`start_server`), never a pipe nobody drains. Run time: the bare run took
 241 s on 2 shared cores: the efficiency run (six rounds of two ~6.7 s windows) and two 20 s throughput runs,
-each with its server's start, the 10,000-request fault run at 196–249 requests/s, and two 20 s hostile phases. Prints one
-JSON line.
+each with its server's start, the 10,000-request fault run at 196–249 requests/s, and two 20 s hostile phases.
+Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -48,10 +48,11 @@ def run_server(app: Any, config: ServerConfig, *, log_level: str = "info", sock:
     # The judge thread and the event loop share one GIL; at Python's 5 ms a thread waiting for it makes the
     # holder drop it within 5 ms, so every wake-up of the loop cut into the judge's Python-bound batches.
     sys.setswitchinterval(config.switch_interval_ms / 1000)
-    # A served judge keeps hundreds of thousands of objects the collector tracks (~370,000 for the tiny one) alive for good (the model's modules and
-    # parameters, the tokenizer, the libraries' own); every full collection walked them all, ~150 ms holding
-    # the GIL, a stall for every request in flight and the judge thread alike. Frozen after one last collection,
-    # they leave the collector's generations: what a request allocates is still collected.
+    # A served judge keeps hundreds of thousands of objects the collector tracks alive for good (~370,000 for the
+    # tiny one: the model's modules and parameters, the tokenizer, the libraries' own). Under load, full
+    # collections came every few seconds and each walked them all, 165-210 ms holding the GIL: a stall for every
+    # request in flight and for the judge thread. Frozen after one last collection, they leave the collector's
+    # generations (full passes 4-7 ms); what a request allocates is still collected.
     gc.collect()
     gc.freeze()
     drain_s = max(0.5, config.shutdown_grace_s - SHUTDOWN_RESERVE_S)
