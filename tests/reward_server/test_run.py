@@ -29,10 +29,10 @@ def test_the_server_process_gets_the_configured_switch_interval(monkeypatch):
 
 def test_what_is_alive_when_the_server_starts_is_frozen_out_of_full_collections(monkeypatch):
     """A served judge's modules and parameters are alive for good; a full collection walking them held the GIL
-    ~150 ms (docs/reward-server.md). What a request allocates later is still collected."""
+    165-210 ms under load (docs/reward-server.md). What a request allocates later is still collected."""
     import uvicorn
 
-    judge_like = [{"weights": [object() for _ in range(100)]} for _ in range(100)]
+    judge_like = [{"weights": [float(i)] * 100} for i in range(100)]
     frozen: list[int] = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: frozen.append(gc.get_freeze_count()))
     monkeypatch.setattr("reward_server.run._log_to_stderr", lambda level, interval_s: None)
@@ -40,8 +40,12 @@ def test_what_is_alive_when_the_server_starts_is_frozen_out_of_full_collections(
     try:
         gc.unfreeze()
         run_server(judge_like, ServerConfig(), log_level="warning")
-        assert frozen and frozen[0] >= len(judge_like) * 101
-        assert gc.is_tracked(judge_like[0]) and gc.get_freeze_count() == frozen[0]
+        assert frozen and frozen[0] > 0
+        # frozen objects sit in the permanent generation, which no collection (and gc.get_objects) walks
+        assert not any(o is judge_like for o in gc.get_objects())
+        request_like: list = []
+        request_like.append(request_like)  # a cycle made while serving is still the collector's
+        assert any(o is request_like for o in gc.get_objects())
     finally:
         sys.setswitchinterval(before)
         gc.unfreeze()
