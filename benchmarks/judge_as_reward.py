@@ -118,7 +118,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(sampled exact answers) and report it beside the last (`selected`); needs --report val",
     )
     parser.add_argument("--bootstrap", type=int, default=2000)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.noise_false_positive is not None and not 0.0 <= args.noise_false_positive <= 1.0:
+        parser.error(f"--noise-false-positive ({args.noise_false_positive}) must be a probability in [0, 1]")
+    return args
 
 
 def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, image_root: Path) -> dict[str, Any]:

@@ -115,3 +115,9 @@ def test_select_every_refuses_to_choose_on_the_reported_questions(tmp_path):
         _benchmark("judge_as_reward").main(
             ["--demo", str(tmp_path / "missing"), "--report", "dev", "--select-every", "100", "--out", str(tmp_path)]
         )
+
+
+def test_a_noise_rate_out_of_range_is_refused_before_any_training(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        _benchmark("judge_as_reward").main(["--noise-false-positive", "38.5", "--out", str(tmp_path)])
+    assert "--noise-false-positive (38.5) must be a probability in [0, 1]" in capsys.readouterr().err
