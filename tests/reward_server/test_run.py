@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from reward_server import ServerConfig
-from reward_server.run import run_server
+from reward_server.run import run_server, server_protocols
 
 
 def test_the_server_process_gets_the_configured_switch_interval(monkeypatch):
@@ -60,3 +60,29 @@ def test_the_switch_interval_is_a_serve_flag_and_must_be_positive():
     assert ServerConfig().switch_interval_ms == 20.0
     with pytest.raises(ValueError, match=r"switch_interval_ms \(0\.0\) must be > 0"):
         ServerConfig(switch_interval_ms=0.0)
+
+
+def test_the_server_runs_on_uvicorns_c_parser_and_loop_where_installed(monkeypatch):
+    """httptools and uvloop are dependencies: `mrjudge serve` uses them, and falls back to h11 and asyncio (what
+    uvicorn needs nothing more for) where they are missing, e.g. uvloop on Windows."""
+    import importlib.util
+
+    import uvicorn
+
+    used: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda self, sockets=None: used.append((self.config.http, self.config.loop))
+    )
+    monkeypatch.setattr("reward_server.run._log_to_stderr", lambda level, interval_s: None)
+    before = sys.getswitchinterval()
+    try:
+        run_server(object(), ServerConfig(), log_level="warning")
+    finally:
+        sys.setswitchinterval(before)
+        gc.unfreeze()
+    assert used == [("httptools", "uvloop")]
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name in ("httptools", "uvloop") else find_spec(name)
+    )
+    assert server_protocols() == {"http": "h11", "loop": "asyncio"}
