@@ -6,7 +6,7 @@ seeds and steps:
 
 - `oracle`: exact match to the reference (the answer key; the most any reward can teach here);
 - `judge`: the judge behind the real reward server on loopback, pairwise against the reference, as users
-  run it (`POST /v1/reward`, `judge.reward_http`);
+  run it (`POST /v1/reward`, `judge.reward.trl.http`);
 - `judge_listwise`: the same server, no reference: a prompt's completions judged together;
 - `random`: uniform noise, independent of the text (what no signal does);
 - `judge_capped` (only when asked for in `--arms`): pairwise, capped at the reference's own reward
@@ -232,7 +232,7 @@ def refreshed_judge(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from judge.reward_http import HttpJudgeReward
+    from judge.reward.trl.http import HttpJudgeReward
     from reward_server import create_app
     from reward_server.config import ServerConfig
     from training.common import run_recipe

@@ -59,8 +59,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from judge.backends.vllm_local import free_port  # noqa: E402
-from judge.reward_wire import RetryPolicy  # noqa: E402
+from judge.loopback import free_port  # noqa: E402
+from judge.reward.wire import RetryPolicy  # noqa: E402
 
 RETRY = RetryPolicy(max_retries=2, backoff_s=0.25, max_backoff_s=1.0, timeout_s=10.0)
 """The reward's retries in both runs: a group whose server is gone waits at most `RETRY.max_wait_s()`."""

@@ -212,7 +212,7 @@ def main() -> None:
     import torch
 
     from judge.judging import JudgeConfig
-    from judge.reward_local import InProcessJudgeReward
+    from judge.reward.trl.local import InProcessJudgeReward
     from tiny_world.model import build_tiny_model
     from training.policy import JudgePolicyGRPOConfig, run_policy
 

@@ -75,8 +75,8 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
-from judge.backends.vllm_local import free_port
 from judge.images import image_to_data_url
+from judge.loopback import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "bench-key"
@@ -326,7 +326,7 @@ class InProcess:
     """The limit the server is measured against: the judge `mrjudge serve` builds from the same flags
     (`mrjudge.serve_cmd.served_judge`), in this process, judging the same requests in batches of
     `--max-batch-items` through `compute_rewards` (what the server's batch worker runs), back to back. Each
-    request is read and its image decoded as the server does (`RewardRequest.to_request`, `decode_images`);
+    request is read and its image decoded as the server does (`RewardRequestBody.to_request`, `decode_images`);
     only HTTP, JSON and the queue are left out."""
 
     def __init__(self, model_dir: str, args: argparse.Namespace) -> None:
@@ -347,14 +347,14 @@ class InProcess:
         gc.freeze()
 
     def batch(self) -> int:
-        from judge.reward_scoring import compute_rewards
-        from reward_server.protocol import RewardRequest
+        from judge.reward.scoring import compute_rewards
+        from reward_server.protocol import RewardRequestBody
         from reward_server.work import RewardWork, decode_images
 
         requests = []
         for c in range(self.config.max_batch_items):  # one MC item per request
             body = reward_body(c, self.number, self.image)
-            request = RewardRequest.model_validate(body, context=self.config).to_request(self.config)
+            request = RewardRequestBody.model_validate(body, context=self.config).to_request(self.config)
             decode_images(RewardWork([request]), self.pixels)
             requests.append(request)
         self.number += 1

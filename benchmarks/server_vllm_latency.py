@@ -6,7 +6,7 @@ it) serves the `tiny32` judge (randomly initialised tiny Qwen2.5-VL, float32 on 
 - direct: this process's `Judge` + `OpenAIBackend`, built by `mrjudge.serve_cmd.served_judge` from the same
   `mrjudge serve` flags as the server (so the same judge config and backend options), judging each request
   with `compute_rewards` (what the server's batch worker runs per batch); its input is read and its image
-  decoded through the server's own path (`RewardRequest.to_request`, `decode_images`) before the clock starts.
+  decoded through the server's own path (`RewardRequestBody.to_request`, `decode_images`) before the clock starts.
 - server: `mrjudge serve --model <the vLLM /v1 URL>` (the OpenAI backend) in a subprocess, stderr to a file
   (`benchmarks.server_load.start_server`), reached with a `POST /v1/reward` on a kept-alive HTTP/1.1 socket
   (`benchmarks.server_load.post_raw`); the JSON body (the image as a PNG data URL) is built before the clock
@@ -72,8 +72,8 @@ from PIL import Image  # noqa: E402
 
 from benchmarks.equal_work import FORCED_LENGTH, vllm_extra_body, vllm_generation_tokens  # noqa: E402
 from benchmarks.server_load import log_text, percentile, post_raw, start_server, stop_server  # noqa: E402
-from judge.backends.vllm_local import free_port  # noqa: E402
 from judge.images import image_to_data_url  # noqa: E402
+from judge.loopback import free_port  # noqa: E402
 
 ORDERS = 2
 
@@ -114,15 +114,15 @@ class Direct:
 
     def prepare(self, body: dict) -> Any:
         """The request as the server reads it (validated, image decoded and fitted): untimed."""
-        from reward_server.protocol import RewardRequest
+        from reward_server.protocol import RewardRequestBody
         from reward_server.work import RewardWork, decode_images
 
-        request = RewardRequest.model_validate(body, context=self.config).to_request(self.config)
+        request = RewardRequestBody.model_validate(body, context=self.config).to_request(self.config)
         decode_images(RewardWork([request]), self.pixels)
         return request
 
     def __call__(self, request: Any) -> None:
-        from judge.reward_scoring import compute_rewards
+        from judge.reward.scoring import compute_rewards
 
         compute_rewards(self.judge, [request], max_options=self.config.max_candidates)
 

@@ -11,7 +11,7 @@ any request, and an unexpected failure is a 500 envelope that leaves the connect
 Endpoints: `POST /v1/judge`, `POST /v1/reward`, `POST /get_reward` (OpenRLHF; one-sample requests are held
 in groups of `group_size`, `reward_server.get_reward`), `GET /health`, `GET /metrics`, `GET /v1/adapters`,
 and the API description, `GET /docs` and `GET /openapi.json` (which, like `/health`, need no key). Rewards
-are planned by `judge.reward_planner` (the planner TRL, verl and OpenRLHF share); unscored ones are counted
+are planned by `judge.reward.planner` (the planner TRL, verl and OpenRLHF share); unscored ones are counted
 in `/metrics` (`mrjudge_rewards_total{outcome}`). With an adapter store, a request's `"model"` picks a LoRA
 revision over the resident base (`reward_server.adapters`).
 """

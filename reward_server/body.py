@@ -6,7 +6,7 @@ Nothing here trusts the client: a body over `max_body_bytes` is refused (413) as
 408, one with more than `max_json_values` commas and colons is refused before Python's parser (which holds
 the GIL) sees it. Routes take the result as a FastAPI dependency:
 
-    async def reward(body: Annotated[RewardRequest, Depends(parsed(RewardRequest))]) -> ...
+    async def reward(body: Annotated[RewardRequestBody, Depends(parsed(RewardRequestBody))]) -> ...
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from judge.reward_wire import API_KEY_ENV  # read when no `--api-key` is given; every reward client sends it
+from judge.reward.wire import API_KEY_ENV  # read when no `--api-key` is given; every reward client sends it
 
 __all__ = ["API_KEY_ENV", "ServerConfig", "is_loopback"]
 

@@ -7,9 +7,9 @@ same per sample, with its `group_size`. The G samples of one prompt are generate
 requests arrive close together: with a group size > 1 (the request's `group_size`, else the server's) the
 server holds each sample in a `GroupPool` under its (prompt, images, reference) key until that many are there
 (or `group_wait_s` has passed), then judges them as one group through the shared planner
-(`judge.reward_planner`).
+(`judge.reward.planner`).
 
-Each query is split with `judge.reward_inputs.split_query` (image placeholders expanded to N pad tokens are
+Each query is split with `judge.reward.inputs.split_query` (image placeholders expanded to N pad tokens are
 collapsed first), the question is read out of the chat template, and the label is decoded as a reference
 and/or image references (paths are read under `--allow-local-images`). OpenRLHF cannot skip a sample, so an
 unscored one gets `fill_unscored`'s value and `extra_logs.judge_scored = 0`, and is counted in `/metrics`.
@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge.reward_inputs import decode_label, question_text, split_query
-from judge.reward_planner import fill_unscored, group_samples, plan_cost
-from judge.reward_scoring import RewardRequest, RewardResult
+from judge.reward.inputs import decode_label, question_text, split_query
+from judge.reward.planner import fill_unscored, group_samples, plan_cost
+from judge.reward.scoring import RewardRequest, RewardResult
 from reward_server.config import ServerConfig
 from reward_server.errors import invalid, too_large
 from reward_server.fields import fit_text

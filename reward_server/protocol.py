@@ -7,8 +7,8 @@ a value over a limit is a 413 naming the limit, any other bad value a 422 naming
 (`errors.from_validation`). Images are checked here as strings only: their headers are read against the
 request's pixel budget by `to_items` / `to_request`.
 
-    body = RewardRequest.model_validate(json_object, context=config)
-    request = body.to_request(config)           # judge.reward_scoring.RewardRequest, images header-read
+    body = RewardRequestBody.model_validate(json_object, context=config)
+    request = body.to_request(config)           # judge.reward.scoring.RewardRequest, images header-read
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from judge import reward_scoring
-from judge.reward_planner import group_id
-from judge.reward_scoring import Mode
+from judge.reward.planner import group_id
+from judge.reward.scoring import Mode, RewardRequest
 from judge.types import DataError, MCItem, Verdict
 from reward_server.config import ServerConfig
 from reward_server.errors import as_pydantic, invalid, type_name
@@ -47,7 +46,7 @@ __all__ = [
     "JudgeItem",
     "JudgeRequest",
     "JudgeResponse",
-    "RewardRequest",
+    "RewardRequestBody",
     "RewardResponse",
     "Timing",
 ]
@@ -128,7 +127,7 @@ class JudgeRequest(WireModel):
         return [item.to_item(budget, f"items[{i}]") for i, item in enumerate(self.items)]
 
 
-class RewardRequest(WireModel):
+class RewardRequestBody(WireModel):
     """`POST /v1/reward`: G responses to one prompt, scored against each other or against a reference."""
 
     prompt: Text
@@ -152,7 +151,7 @@ class RewardRequest(WireModel):
     model: AdapterName = None
     """A LoRA revision of the judge to answer with (`judge@prod`, `judge@<revision>`); null: the base model."""
 
-    def to_request(self, config: ServerConfig) -> reward_scoring.RewardRequest:
+    def to_request(self, config: ServerConfig) -> RewardRequest:
         """The reward planner's request, its images header-read against the request's pixel budget."""
         mode = self.mode
         if mode is None:
@@ -161,7 +160,7 @@ class RewardRequest(WireModel):
                 mode = "tournament"
         images = ImageBudget(config).images(self.images, "images")
         given_id = str(self.id) if "id" in self.model_fields_set else None
-        request = reward_scoring.RewardRequest(
+        request = RewardRequest(
             prompt=self.prompt,
             responses=list(self.responses),
             images=images,

@@ -19,14 +19,14 @@ from reward_server.protocol import (
     HealthResponse,
     JudgeRequest,
     JudgeResponse,
-    RewardRequest,
+    RewardRequestBody,
     RewardResponse,
 )
 from reward_server.service import RewardService
 
 __all__ = ["REQUEST_MODELS", "router"]
 
-REQUEST_MODELS = (JudgeRequest, RewardRequest, GetRewardRequest)
+REQUEST_MODELS = (JudgeRequest, RewardRequestBody, GetRewardRequest)
 """Bodies the routes read themselves (size and UTF-8 checks first); `create_app` adds their schemas to
 `/openapi.json`."""
 
@@ -68,9 +68,9 @@ async def judge(
     return await service.judge_items(body, request)
 
 
-@router.post("/v1/reward", response_model_exclude_unset=True, **_reads(RewardRequest))
+@router.post("/v1/reward", response_model_exclude_unset=True, **_reads(RewardRequestBody))
 async def reward(
-    body: Annotated[RewardRequest, Depends(parsed(RewardRequest))], service: Service, request: Request
+    body: Annotated[RewardRequestBody, Depends(parsed(RewardRequestBody))], service: Service, request: Request
 ) -> RewardResponse:
     return await service.reward(body, request)
 

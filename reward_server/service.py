@@ -25,8 +25,7 @@ from starlette.requests import Request
 
 from judge.images import fitted_size
 from judge.judging import Judge
-from judge.reward_scoring import RewardRequest as PlannerRequest
-from judge.reward_scoring import RewardResult
+from judge.reward.scoring import RewardRequest, RewardResult
 from reward_server import protocol
 from reward_server.adapters import adapter_lease, adapter_ready, make_pool, model_name
 from reward_server.batching import Batcher, BatchStopped, Done, Incoming, JobTimeout, QueueFull, ShuttingDown
@@ -126,7 +125,7 @@ class RewardService:
             done = await self._submit(raw, work, _cost(work), "items", decoded=True)
         return protocol.JudgeResponse(verdicts=done.result, model=model_name(adapter), timing=_timing(start, done))
 
-    async def reward(self, body: protocol.RewardRequest, raw: Request) -> protocol.RewardResponse:
+    async def reward(self, body: protocol.RewardRequestBody, raw: Request) -> protocol.RewardResponse:
         start = time.perf_counter()
         with adapter_lease(self.pool, body.model) as adapter:
             work = await self._prepare(raw, lambda: RewardWork([body.to_request(self.config)], adapter), "responses")
@@ -162,7 +161,7 @@ class RewardService:
             else:
                 samples = await run_in_threadpool(read_samples, body, self.config)
 
-            async def submit(requests: list[PlannerRequest], cost: int) -> tuple[list[RewardResult], Done]:
+            async def submit(requests: list[RewardRequest], cost: int) -> tuple[list[RewardResult], Done]:
                 done = await self._submit(raw, RewardWork(requests, adapter), cost, "query")
                 return done.result, done
 

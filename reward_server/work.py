@@ -17,8 +17,8 @@ from adapter_revisions.pool import AdapterPool
 from adapter_revisions.store import Revision
 from judge.images import PixelRange
 from judge.judging import Judge
-from judge.reward_planner import plan_cost
-from judge.reward_scoring import RewardRequest, RewardResult, compute_rewards
+from judge.reward.planner import plan_cost
+from judge.reward.scoring import RewardRequest, RewardResult, compute_rewards
 from judge.types import MCItem, Verdict
 from reward_server.batching import BatchStopped
 from reward_server.wire_images import PendingImage, decode_pending

@@ -85,7 +85,7 @@ def json_object(text: str) -> dict[str, Any]:
 def server_config_from(args: argparse.Namespace) -> Any:
     """ServerConfig from `--server-config` YAML, then flags, then the key from the environment if none yet."""
     from judge.config import config_from_yaml, config_values
-    from judge.reward_wire import API_KEY_ENV
+    from judge.reward.wire import API_KEY_ENV
 
     overrides = SERVER_FLAGS.values(args)
     if args.no_batching:
@@ -124,7 +124,7 @@ def served_judge(args: argparse.Namespace, server_config: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from judge.reward_wire import API_KEY_ENV
+    from judge.reward.wire import API_KEY_ENV
     from reward_server import create_app
     from reward_server.config import is_loopback
     from reward_server.run import run_server
@@ -176,7 +176,7 @@ def reward_usage(url: str, *, keyed: bool, group_size: int) -> str:
     mr-judge reward server on http://127.0.0.1:8000 (no API key)
     """
     import judge.integrations
-    from judge.reward_wire import API_KEY_ENV, REWARD_URL_ENV
+    from judge.reward.wire import API_KEY_ENV, REWARD_URL_ENV
 
     folder = Path(judge.integrations.__file__).resolve().parent
     key_line = f"export {API_KEY_ENV}=<the key this server was started with>" if keyed else ""
@@ -186,7 +186,7 @@ def reward_usage(url: str, *, keyed: bool, group_size: int) -> str:
         f"mr-judge reward server on {url} ({'API key required' if keyed else 'no API key'})",
         "Use it as the reward in",
         "  TRL (Python):",
-        "    from judge.policy_reward import AsyncHttpJudgeReward",
+        "    from judge.reward import AsyncHttpJudgeReward",
         f'    reward = AsyncHttpJudgeReward("{url}")' + (f"  # key from ${API_KEY_ENV}" if keyed else ""),
         "  verl >= 0.7 (environment, then config overrides for verl.trainer.main_ppo; read and run: 0.9.1):",
         f"    {env}",

@@ -92,7 +92,7 @@ def judge_samples(
     seed: int,
 ) -> list[Row]:
     """`samples` sampled answers (temperature 1) of the policy per held-out question, each judged by
-    `reward` (a `judge.policy_reward` reward, pairwise against the row's `answer`). One row per
+    `reward` (a `judge.reward` reward, pairwise against the row's `answer`). One row per
     answer: the question's row fields, `completion` and `reward` (None: unscored)."""
     from judge.backends.base import ChatRequest, SamplingParams
     from judge.backends.hf import TransformersBackend

@@ -45,7 +45,7 @@ class OracleReward:
     __name__ = "oracle"
 
     def __call__(self, prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-        from judge.reward_inputs import completion_text
+        from judge.reward.inputs import completion_text
         from tiny_world.synthetic_eval import normalize
 
         return [float(normalize(completion_text(c)) == normalize(a)) for c, a in zip(completions, answer)]
@@ -84,7 +84,7 @@ class NoisyOracleReward:
         self.key = OracleReward()
 
     def __call__(self, prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-        from judge.reward_inputs import completion_text
+        from judge.reward.inputs import completion_text
         from tiny_world.synthetic_eval import normalize
 
         right = self.key(prompts, completions, answer)

@@ -25,7 +25,7 @@ written here:
   `eval.mmvet.run_mmvet` runs its real grading path on it (official message, parse, retry rule, cache).
 - **Best-of-N through pairwise games** (`KnockoutSelector`): a judge trained on two options picks among
   N > 2 by a seeded knock-out of pairwise games, as the reward server does for groups above the judge's
-  option limit (`judge.reward_scoring`).
+  option limit (`judge.reward.scoring`).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ class KnockoutSelector:
         self.max_options = max_options
 
     def select(self, items: Sequence[MCItem]) -> list[Verdict]:
-        from judge.reward_scoring import RewardRequest, compute_rewards
+        from judge.reward.scoring import RewardRequest, compute_rewards
 
         if all(len(item.candidates) <= self.max_options for item in items):
             return self.judge.select(items)

@@ -1,6 +1,6 @@
 """The reward the judge itself is trained on (judge GRPO): plain callables with TRL's reward signature.
 
-(The judge rewarding a *policy*'s completions is another reward: `judge.policy_reward`.)
+(The judge rewarding a *policy*'s completions is another reward: `judge.reward`.)
 
 MR. Judge's reward is `0.9 · (parsed answer == label) + 0.1 · (well-formed <think>…</think><answer>X</answer>)`,
 and 0 for a completion longer than the budget (the paper's truncated reward: a judge that rambles past
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from judge.parser import is_well_formed, parse_choice
-from judge.reward_inputs import completion_text
+from judge.reward.inputs import completion_text
 
 __all__ = [
     "JudgeReward",

@@ -7,10 +7,10 @@
 The data are prompts, one JSON object per line: `{"prompt", "image"?, "images"?, "answer"?}`, where
 `prompt` is a string or a list of chat messages; the synthetic world's records work as they are
 (`{"id", "image", "question", "answer"}`: question → prompt, answer → reference). The reward is
-`judge.policy_reward`'s: each prompt's `num_generations` completions are judged against each other (listwise),
+`judge.reward`'s: each prompt's `num_generations` completions are judged against each other (listwise),
 against the reference answer (pairwise) or in a tournament, by a reward server (`reward: {transport: http,
 url: …}`) or a judge loaded in each training process (`reward: {transport: in_process, model: …}`); the
-nested keys are `judge.reward_spec`'s, and the flat `judge_*` keys of before still work (`training.policy_keys`).
+nested keys are `judge.reward.trl.spec`'s, and the flat `judge_*` keys of before still work (`training.policy_keys`).
 
 Starting from an SFT run's LoRA adapter folder (`model_name_or_path=runs/policy-sft-lora`): `use_lora=true`
 continues that adapter, `use_lora=false` merges it and trains all weights; for a fresh LoRA over the SFT
@@ -26,9 +26,9 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from judge.reward_base import GroupedJudgeReward
-from judge.reward_spec import HttpRewardSpec, InProcessRewardSpec, RewardSpec, reward_spec
-from judge.reward_wire import RetryPolicy
+from judge.reward.trl.base import GroupedJudgeReward
+from judge.reward.trl.spec import HttpRewardSpec, InProcessRewardSpec, RewardSpec, reward_spec
+from judge.reward.wire import RetryPolicy
 from training.common import JudgeModelArguments, build_trainer, load_training_model, run_recipe
 from training.policy_keys import nest_reward_keys
 from training.replay_trainer import ReplayArguments
@@ -59,7 +59,7 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
     )
     eval_file: str | None = field(default=None, metadata={"help": "Optional held-out prompts in the same format."})
 
-    # The judge: where it runs and how it rewards (judge.reward_spec)
+    # The judge: where it runs and how it rewards (judge.reward.trl.spec)
     reward: dict[str, Any] | None = field(
         default=None,
         metadata={

@@ -3,7 +3,7 @@
     mrjudge train policy --config configs/policy_grpo_qwen2_5_vl_7b.yaml reward.url=http://judge-node:8000 \\
         reward.retry.max_retries=5
 
-`nest_reward_keys` folds both into the nested `reward` mapping (`judge.reward_spec`) before the config is
+`nest_reward_keys` folds both into the nested `reward` mapping (`judge.reward.trl.spec`) before the config is
 checked. An old key still works, with one warning naming its new spelling; as before, the settings of the
 other transport among old keys (an in-process judge's budget beside a server's url) are ignored.
 """
@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from judge.reward_spec import TRANSPORTS
+from judge.reward.trl.spec import TRANSPORTS
 
 __all__ = ["LEGACY_REWARD_KEYS", "nest_reward_keys"]
 

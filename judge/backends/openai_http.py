@@ -11,7 +11,7 @@ them, once, and remembered.
 Several endpoints (`base_url` a list, or comma-separated: `mrjudge serve --model http://a:8001/v1,http://b:8001/v1`)
 serving the same model are used as one: each chat request goes to the endpoint with the fewest requests in
 flight, and one that fails (connection error, timeout, 408, 429, 5xx) is skipped for a cool-off while the
-request moves to another at once (`judge.reward_wire.Replicas`, `Failover`); the client's own retries are
+request moves to another at once (`judge.reward.wire.Replicas`, `Failover`); the client's own retries are
 then off and `max_retries` counts rounds over the endpoints.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from judge.backends.base import ChatRequest, Generation, SamplingParams, answer_label_logprobs, locate_token
 from judge.images import PixelRange, fit_pixels, image_to_data_url
-from judge.reward_wire import (
+from judge.reward.wire import (
     CONNECT_TIMEOUT_S,
     Failover,
     Replicas,

@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from judge.loopback import ServerNotReady, free_port, wait_until_ready
 
 __all__ = [
     "BUILD_HINT",
     "REPO",
     "VLLMServer",
     "VLLMUnavailable",
-    "free_port",
     "pixel_args",
     "python_env",
     "serve",
@@ -82,12 +81,6 @@ def pixel_args(min_pixels: int | None = None, max_pixels: int | None = None) -> 
 
     pixels = {k: v for k, v in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if v is not None}
     return ["--mm-processor-kwargs", json.dumps(pixels)] if pixels else []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -193,20 +186,19 @@ class VLLMServer:
         """Block until `GET /v1/models` answers; returns the `/v1` URL. Raises with the log's tail on failure."""
         if self.proc is None:
             raise RuntimeError("call start() first")
-        deadline = self._started + self.startup_timeout
-        while not self._ready:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self.proc.returncode} while starting:\n{_tail(self.log)}")
+        if not self._ready:
+            left = self._started + self.startup_timeout - time.monotonic()
             try:
-                with urllib.request.urlopen(f"{self.url}/models", timeout=5) as response:
-                    if response.status == 200:
-                        self._ready = True
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vllm serve did not answer within {self.startup_timeout:.0f} s:\n{_tail(self.log)}")
-            time.sleep(1.0)
+                wait_until_ready(
+                    f"{self.url}/models",
+                    process=self.proc,
+                    timeout_s=left,
+                    interval_s=1.0,
+                    output=lambda: _tail(self.log),
+                )
+            except ServerNotReady as error:
+                raise ServerNotReady(f"vllm serve: {error}") from None
+            self._ready = True
         return self.url
 
     def stop(self) -> None:

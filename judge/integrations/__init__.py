@@ -7,7 +7,7 @@
   `custom_reward_function.name=compute_score_batch` with `reward_model.reward_manager=batch`.
 
 Both find the reward server (`mrjudge serve`) from `$MRJUDGE_REWARD_URL` and its key from
-`$MRJUDGE_SERVER_API_KEY`, retry as `judge.reward_wire` says (the names, the policy and the errors every
+`$MRJUDGE_SERVER_API_KEY`, retry as `judge.reward.wire` says (the names, the policy and the errors every
 reward client shares), and raise when a reward cannot be had; `mrjudge serve` prints the exact lines on
 start. See docs/rewards.md.
 """

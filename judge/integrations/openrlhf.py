@@ -8,7 +8,7 @@ OpenRLHF (read and run: 0.11.2, `openrlhf.utils.agent.SingleTurnAgentExecutor`) 
 `importlib.util.spec_from_file_location` and calls `reward_func` once per sample, from a worker thread
 (`asyncio.to_thread`), with `[query]`, `[prompt]`, `[label]` (label `""` when the dataset has none). It
 posts them to the server's `/get_reward` with the bearer key (OpenRLHF's own HTTP route sends none); the
-server does the rest with the shared planner (`judge.reward_planner`): it splits the query (VLM
+server does the rest with the shared planner (`judge.reward.planner`): it splits the query (VLM
 image placeholders collapsed), reads the question out of the chat template, waits for the other samples
 of the prompt (start it with `--group-size` = `n_samples_per_prompt`) and judges them listwise, or a lone
 sample against its label, or leaves it unscored.
@@ -31,14 +31,14 @@ INFO only; the sample is then left without a reward, and the step stops when the
 
 Several replicas: `$MRJUDGE_REWARD_URL` may name several servers, comma-separated. OpenRLHF sends a prompt's
 samples one per call from concurrent workers, and they must meet on one server to be judged together, so each
-sample goes by its prompt and label (`judge.reward_wire.Replicas`, rendezvous hashing: the same ranking in
+sample goes by its prompt and label (`judge.reward.wire.Replicas`, rendezvous hashing: the same ranking in
 every process); a replica that cannot be reached is passed over for the next in that ranking, at once.
 
-Its environment names, retry policy and replica choice are `judge/reward_wire.py`'s, shared with every other
+Its environment names, retry policy and replica choice are `judge/reward/wire.py`'s, shared with every other
 reward client.
 Besides that module it imports only the standard library (and torch if present): where mr-judge is not
-installed, it loads `reward_wire.py` by path from the package folder above its own, so the two files can be
-copied to a training node as `judge/integrations/openrlhf.py` and `judge/reward_wire.py`.
+installed, it loads `reward/wire.py` by path from the package folder above its own, so the two files can be
+copied to a training node as `judge/integrations/openrlhf.py` and `judge/reward/wire.py`.
 """
 
 from __future__ import annotations
@@ -61,13 +61,13 @@ logger = logging.getLogger("mrjudge.openrlhf")
 
 
 def _reward_wire() -> Any:
-    """`judge.reward_wire`, imported, or loaded by path beside this file's package when mr-judge is not installed."""
+    """`judge.reward.wire`, imported, or loaded by path beside this file's package when mr-judge is not installed."""
     try:
-        from judge import reward_wire
+        from judge.reward import wire as reward_wire
     except ImportError:
         import importlib.util
 
-        path = Path(__file__).resolve().parents[1] / "reward_wire.py"
+        path = Path(__file__).resolve().parents[1] / "reward" / "wire.py"
         spec = importlib.util.spec_from_file_location("mrjudge_reward_wire", path)
         reward_wire = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(reward_wire)

@@ -45,13 +45,13 @@ time and that has no reference) gets the fill value (its group's mean scored rew
 
 reward_kwargs: `compute_score` takes `group_size`, `tournament` ("knockout" | "round_robin", groups above
 8), `server_url` (instead of `$MRJUDGE_REWARD_URL`) and the retry policy's `timeout_s`, `max_retries`,
-`backoff_s`, `max_backoff_s` (`judge.reward_wire.RetryPolicy`); `compute_score_batch` takes `mode`,
+`backoff_s`, `max_backoff_s` (`judge.reward.wire.RetryPolicy`); `compute_score_batch` takes `mode`,
 `tournament`, `max_options`, `server_url` and the retry keys. Unknown keys raise, naming the valid ones.
 
 Several replicas: `$MRJUDGE_REWARD_URL` (or `server_url`) may name several servers, comma-separated (or a
 list). `compute_score`'s one-sample calls come from many reward-loop workers and must meet on one server to
 be judged as a group, so each goes by its group's key (question, reference, images): every worker ranks the
-replicas the same way for that key (`judge.reward_wire.Replicas`, rendezvous hashing), and a replica that
+replicas the same way for that key (`judge.reward.wire.Replicas`, rendezvous hashing), and a replica that
 cannot be reached is passed over for the next one in that ranking, the same in every worker.
 `compute_score_batch` sends whole groups: each goes to the replica with the fewest requests outstanding.
 """
@@ -68,10 +68,10 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from judge.reward_http import HttpJudgeReward, post_json
-from judge.reward_inputs import verl_sample
-from judge.reward_planner import fill_unscored, group_samples
-from judge.reward_wire import (
+from judge.reward.inputs import verl_sample
+from judge.reward.planner import fill_unscored, group_samples
+from judge.reward.trl.http import HttpJudgeReward, post_json
+from judge.reward.wire import (
     CONNECT_TIMEOUT_S,
     Replicas,
     RetryPolicy,

@@ -10,7 +10,7 @@ from mrjudge.cli import build_parser
 from mrjudge.serve_cmd import served_judge, server_config_from
 
 from benchmarks.server_vllm_latency import ORDERS, measure, serve_argv
-from judge.backends.vllm_local import free_port
+from judge.loopback import free_port
 from tests.support.fake_vllm import recording_vllm
 from tiny_world.servers.openai_server import serve
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from mrjudge.serve_cmd import reward_usage
 
-from judge.reward_wire import RetryPolicy
+from judge.reward.wire import RetryPolicy
 from tests.frameworks.conftest import REPO, VERSIONS, run_driver
 from tests.support.framework_rollouts import (
     IMAGES,

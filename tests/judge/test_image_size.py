@@ -27,9 +27,9 @@ from judge.backends.openai_http import OpenAIBackend
 from judge.images import PixelRange, fit_pixels, fitted_size, open_header
 from judge.judging import Judge, JudgeConfig
 from judge.models import load_model, load_processor, set_pixel_range
-from judge.reward_http import HttpJudgeReward
-from judge.reward_scoring import RewardRequest, compute_rewards
-from judge.reward_wire import RewardRefused
+from judge.reward.scoring import RewardRequest, compute_rewards
+from judge.reward.trl.http import HttpJudgeReward
+from judge.reward.wire import RewardRefused
 from judge.types import MCItem
 from reward_server import ServerConfig, create_app
 from reward_server.background import serve_in_thread
@@ -194,7 +194,7 @@ def test_reward_client_resizes_images_the_server_would_refuse(caplog):
     completions = ["A sunset. score=1", "A beach. score=3"]
     with serve_in_thread(app) as root:
         plain = HttpJudgeReward(root, retry={"max_retries": 0})
-        with caplog.at_level(logging.WARNING, logger="judge.policy_reward"):
+        with caplog.at_level(logging.WARNING, logger="judge.reward"):
             with pytest.raises(RewardRefused, match=r"HTTP 413 \(field 'images\[0\]'\).*max_image_bytes"):
                 plain(prompts, completions, images=[[picture]] * 2)  # refused input raises (issue 37), never None
         assert "HTTP 413 (field 'images[0]')" in caplog.text and "max_image_bytes" in caplog.text

@@ -17,8 +17,8 @@ import pytest
 from PIL import Image
 
 from judge.integrations import verl
-from judge.reward_planner import NEUTRAL_REWARD
-from judge.reward_wire import RewardRefused, RewardUnavailable
+from judge.reward.planner import NEUTRAL_REWARD
+from judge.reward.wire import RewardRefused, RewardUnavailable
 from tests.support.integration_files import load_openrlhf_file
 from tests.support.reward_server import running
 from tests.support.scripted_judge import ScoredRuleBackend

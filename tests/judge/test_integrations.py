@@ -25,8 +25,9 @@ import httpx
 import pytest
 from PIL import Image
 
-from judge.reward_http import HttpJudgeReward
-from judge.reward_planner import NEUTRAL_REWARD
+from judge.loopback import wait_until_ready
+from judge.reward.planner import NEUTRAL_REWARD
+from judge.reward.trl.http import HttpJudgeReward
 
 KEY = "integration-key"
 QUESTION = "What colour is the picture?"
@@ -78,14 +79,8 @@ def serve(parrot_dir, images, tmp_path_factory):
             time.sleep(0.2)
         usage = log.read_text()
         url = re.search(r"server on (http://\S+)", usage).group(1)
-        while True:  # the usage is printed once bound; wait until it answers
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        # the usage is printed once bound; wait until it answers
+        wait_until_ready(f"{url}/health", process=process, timeout_s=deadline - time.monotonic(), output=log.read_text)
         yield usage, url
     finally:
         process.send_signal(signal.SIGTERM)
@@ -222,7 +217,7 @@ def test_openrlhf_py_route_without_a_server_raises_after_the_retries(env, monkey
 
 def test_openrlhf_py_route_runs_where_only_the_standard_library_is(tmp_path):
     """On a training node without mr-judge (`python -I -S`: no site-packages, no repository on the path), the
-    file still loads: it reads `judge/reward_wire.py` by path for the environment names, the retry policy and
+    file still loads: it reads `judge/reward/wire.py` by path for the environment names, the retry policy and
     the errors it raises."""
     path = Path(__file__).resolve().parents[2] / "judge" / "integrations" / "openrlhf.py"
     script = (

@@ -170,7 +170,7 @@ def test_metrics_parse_as_prometheus_text_with_their_names(client):
 
 REWARD_ENDPOINTS = {
     "/v1/judge": ("JudgeRequest", "JudgeResponse"),
-    "/v1/reward": ("RewardRequest", "RewardResponse"),
+    "/v1/reward": ("RewardRequestBody", "RewardResponse"),
     "/get_reward": ("GetRewardRequest", "GetRewardResponse"),
 }
 
@@ -194,7 +194,7 @@ def test_openapi_shows_the_reward_endpoints_contracts(client):
             assert json_schema(post["responses"][status]) == {"$ref": "#/components/schemas/ErrorResponse"}
         for name in (request, response):
             assert all(field.get("description") for field in schemas[name]["properties"].values()), name
-    reward = schemas["RewardRequest"]
+    reward = schemas["RewardRequestBody"]
     assert set(reward["properties"]) == {
         "prompt",
         "images",

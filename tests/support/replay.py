@@ -333,7 +333,7 @@ close_process_group()
 def run_two_ddp_processes(model_dir: Path, tmp_path: Path, prompt_chunk: int = 0) -> None:
     """Two CPU processes under torchrun train 2 replayed GRPO steps (accumulation 2, `prompt_chunk` tokens per
     chunk, 0: whole prompts); every gradient sync must average the ranks' gradients exactly."""
-    from judge.backends.vllm_local import free_port
+    from judge.loopback import free_port
 
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SCRIPT)

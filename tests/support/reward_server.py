@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,9 +16,9 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from judge.backends.vllm_local import free_port
 from judge.images import image_to_data_url
 from judge.judging import Judge, JudgeConfig
+from judge.loopback import free_port, wait_until_ready
 from reward_server import ServerConfig, create_app
 from reward_server.background import serve_in_thread
 from tests.support.scripted_judge import SlowRuleBackend
@@ -48,18 +47,12 @@ def data_url(size: tuple[int, int] = (8, 8), colour: tuple[int, int, int] = (200
 
 def wait_healthy(process: subprocess.Popen, base: str, timeout_s: float = 120) -> None:
     """Return once `base/health` answers 200; fail with the process's output if it exits or never does."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if process.poll() is not None:
-            output = process.stdout or process.stderr
-            raise AssertionError(output.read().decode() if output else f"exited with {process.returncode}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the server did not come up"
-        time.sleep(0.2)
+
+    def output() -> str:
+        stream = process.stdout or process.stderr
+        return stream.read().decode() if stream and process.poll() is not None else ""
+
+    wait_until_ready(f"{base}/health", process=process, timeout_s=timeout_s, output=output)
 
 
 @contextmanager

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from judge.reward_inputs import completion_text
+from judge.reward.inputs import completion_text
 from training.judge_reward import JudgeReward, judge_accuracy_reward, judge_format_reward, judge_reward
 
 CASES = [

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.backends.vllm_local import free_port
+from judge.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE = Path(sys.executable).parent / "accelerate"

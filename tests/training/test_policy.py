@@ -2,7 +2,7 @@
 
 The steps run a tiny policy on the synthetic world with the judge in process (an untrained tiny judge,
 so every completion of a group of 4 gets exactly 1/4: it never writes an answer) and over HTTP (the
-stand-in reward server of `tests/judge/test_policy_reward.py`, a rule judge, failing its first call).
+stand-in reward server of `tests/judge/reward/test_trl.py`, a rule judge, failing its first call).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 from mrjudge.cli import main
 from transformers import TrainerCallback
 
-from judge.policy_reward import (
+from judge.reward import (
     AsyncHttpJudgeReward,
     GroupedJudgeReward,
     HttpRewardSpec,

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from judge.reward_inputs import completion_text
+from judge.reward.inputs import completion_text
 
 __all__ = ["judge_reward", "reference_f1", "resolve_reward"]
 
@@ -44,10 +44,10 @@ def reference_f1(completions: Sequence[Any], answer: Sequence[str | None] | None
 
 
 def judge_reward(spec: Any) -> Callable[..., list]:
-    """`reward: judge`: the judge behind the reward server at `judge_server_url` (`judge.reward_http`), with
-    `reward_kwargs` as more keys of its `judge.reward_spec.HttpRewardSpec` (`retry: {max_retries: 5}`, …)."""
-    from judge.reward_spec import reward_spec
-    from judge.reward_wire import RetryPolicy
+    """`reward: judge`: the judge behind the reward server at `judge_server_url` (`judge.reward.trl.http`), with
+    `reward_kwargs` as more keys of its `judge.reward.trl.spec.HttpRewardSpec` (`retry: {max_retries: 5}`, …)."""
+    from judge.reward.trl.spec import reward_spec
+    from judge.reward.wire import RetryPolicy
     from training.policy import TEXT_POLICY_IMAGE_COLUMN
 
     options = dict(spec.reward_kwargs)

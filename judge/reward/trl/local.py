@@ -1,11 +1,11 @@
 """The judge reward with the judge in this process: all groups in one `compute_rewards` batch.
 
-    from judge.reward_local import InProcessJudgeReward
+    from judge.reward.trl.local import InProcessJudgeReward
 
     reward = InProcessJudgeReward("runs/judge", judge_config={"orders": 2}, reference_column="answer")
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=prompts)
 
-The batch is the same engine the server runs (`judge.reward_scoring.compute_rewards`). A batch that fails
+The batch is the same engine the server runs (`judge.reward.scoring.compute_rewards`). A batch that fails
 is retried (`retry`), then judged group by group to find the groups that fail, which are counted and
 logged: input the judge refuses (such as an unreadable image) then raises `RewardRefused`; a judge that
 keeps failing leaves its groups `None` (no signal), as the HTTP reward does in an outage.
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from judge.reward_base import GroupedJudgeReward, GroupResults, RewardCall
-from judge.reward_planner import RewardGroup
-from judge.reward_scoring import RewardRequest, RewardResult, compute_rewards
-from judge.reward_wire import RewardRefused, RewardUnavailable
+from judge.reward.planner import RewardGroup
+from judge.reward.scoring import RewardRequest, RewardResult, compute_rewards
+from judge.reward.trl.base import GroupedJudgeReward, GroupResults, RewardCall
+from judge.reward.wire import RewardRefused, RewardUnavailable
 
 __all__ = ["InProcessJudgeReward"]
 
@@ -35,7 +35,7 @@ class InProcessJudgeReward(GroupedJudgeReward):
             picklable, a `Judge` object is pickled as it is.
         judge_config: a `JudgeConfig` or a mapping of its fields, for a judge built from a path.
         backend, backend_kwargs: the engine a judge built from a path runs on (`judge.backends.make_backend`).
-        **options: how groups are judged and retried (`judge.reward_base.GroupedJudgeReward`); only
+        **options: how groups are judged and retried (`judge.reward.trl.base.GroupedJudgeReward`); only
             `retry.max_retries` and the back-off apply here.
     """
 

@@ -2,7 +2,7 @@
 
 - **TRL** calls a reward function with `prompts`, `completions` and the dataset's columns; a prompt or a
   completion is a string, or chat messages whose content is a string or typed parts. `prompt_text`,
-  `completion_text` and `prompt_images` read them, for the judge rewarding a policy (`judge.policy_reward`)
+  `completion_text` and `prompt_images` read them, for the judge rewarding a policy (`judge.reward`)
   and for the judge's own GRPO reward (`training.judge_reward`) alike.
 
 Neither OpenRLHF nor verl sends images (or, in verl, the prompt) to a reward function, so they travel in the

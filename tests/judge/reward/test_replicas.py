@@ -1,6 +1,6 @@
 """Several judge replicas: groups spread whole over them, a dead one skipped and tried again later.
 
-The choice itself (`judge.reward_wire.Replicas`, `Failover`) runs on a clock the test moves; every client
+The choice itself (`judge.reward.wire.Replicas`, `Failover`) runs on a clock the test moves; every client
 runs against real servers on loopback: the TRL reward against two stand-in reward servers
 (`tests/support/reward_app.py`), the verl and OpenRLHF files against two reward servers around the rule judge,
 the OpenAI backend and `mrjudge serve --model A,B` against two OpenAI-compatible rule-judge servers
@@ -21,9 +21,9 @@ import pytest
 from judge.backends.openai_http import OpenAIBackend
 from judge.integrations import verl
 from judge.judging import Judge, JudgeConfig
-from judge.reward_http import HttpJudgeReward
-from judge.reward_spec import reward_spec
-from judge.reward_wire import Failover, Replicas, RetryPolicy, reward_server_urls, server_urls
+from judge.reward.trl.http import HttpJudgeReward
+from judge.reward.trl.spec import reward_spec
+from judge.reward.wire import Failover, Replicas, RetryPolicy, reward_server_urls, server_urls
 from judge.types import MCItem
 from reward_server.background import serve_in_thread
 from tests.support.integration_files import load_openrlhf_file

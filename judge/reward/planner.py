@@ -1,7 +1,7 @@
 """The reward planner: the one place that decides how loose (prompt, response) samples are judged.
 
-`group_samples` → `plan_request` → `judge.reward_scoring.compute_rewards` → `scatter`: the server's
-`/v1/reward` and `/get_reward`, the TRL reward function (`judge.policy_reward`) and the verl / OpenRLHF
+`group_samples` → `plan_request` → `judge.reward.scoring.compute_rewards` → `scatter`: the server's
+`/v1/reward` and `/get_reward`, the TRL reward function (`judge.reward`) and the verl / OpenRLHF
 integrations (`judge.integrations`) all call it, so the same samples get the same rewards whichever way
 they arrive:
 
@@ -11,7 +11,7 @@ they arrive:
   default `knockout`: G - 1 games, where round-robin plays G(G - 1)/2);
 - one response: `pairwise` against its reference; without a reference (`None` or `""`) it is
   **unscored**: there is nothing to compare it with, and it is never judged against an empty string;
-- a verdict the judge could not parse is **unscored** too (see `judge.reward_scoring`).
+- a verdict the judge could not parse is **unscored** too (see `judge.reward.scoring`).
 
 Unscored is `None`. Where a framework cannot take `None` (verl, OpenRLHF), `fill_unscored` puts
 `NEUTRAL_REWARD` in its place, or the mean of the group's scored rewards when it has some (zero
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from judge.reward_scoring import Mode, RewardRequest
+from judge.reward.scoring import Mode, RewardRequest
 
 __all__ = [
     "NEUTRAL_REWARD",

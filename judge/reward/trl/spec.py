@@ -5,8 +5,8 @@
     reward: {transport: in_process, model: runs/judge, judge: {orders: 2, max_new_tokens: 512}}
 
 `reward_spec(mapping)` reads either (`transport` may be left out when only `url` or only `model` is given)
-and checks it at once; `spec.build(...)` makes the reward function (`judge.reward_http` /
-`judge.reward_local`) when training starts.
+and checks it at once; `spec.build(...)` makes the reward function (`judge.reward.trl.http` /
+`judge.reward.trl.local`) when training starts.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from judge.reward_base import GroupedJudgeReward, check_reward_options
-from judge.reward_wire import API_KEY_ENV, RetryPolicy, check_keys, server_api_key, server_urls
+from judge.reward.trl.base import GroupedJudgeReward, check_reward_options
+from judge.reward.wire import API_KEY_ENV, RetryPolicy, check_keys, server_api_key, server_urls
 
 __all__ = ["TRANSPORTS", "HttpRewardSpec", "InProcessRewardSpec", "RewardSpec", "reward_spec"]
 
@@ -138,7 +138,7 @@ class HttpRewardSpec(_RewardOptions):
         name: str = "judge",
     ) -> GroupedJudgeReward:
         """The reward function: the async variant for TRL's trainer (it awaits it on its loop), else the sync one."""
-        from judge.reward_http import AsyncHttpJudgeReward, HttpJudgeReward
+        from judge.reward.trl.http import AsyncHttpJudgeReward, HttpJudgeReward
 
         cls = AsyncHttpJudgeReward if asynchronous else HttpJudgeReward
         return cls(
@@ -198,7 +198,7 @@ class InProcessRewardSpec(_RewardOptions):
         self, image_columns: tuple[str, ...] = ("images", "image"), *, device: str = "cpu", name: str = "judge"
     ) -> GroupedJudgeReward:
         """The reward function; an hf judge goes on `device` (the training device) unless `device` is set here."""
-        from judge.reward_local import InProcessJudgeReward
+        from judge.reward.trl.local import InProcessJudgeReward
 
         backend = self.resolved_backend()
         return InProcessJudgeReward(

@@ -1,6 +1,6 @@
 """What every HTTP client of the reward server shares: the environment names, one retry policy, two errors.
 
-The TRL reward (`judge.reward_http`), the verl and OpenRLHF files (`judge/integrations/`) and `mrjudge serve`
+The TRL reward (`judge.reward.trl.http`), the verl and OpenRLHF files (`judge/integrations/`) and `mrjudge serve`
 read the same variables and retry the same way, from here. Standard library only: the OpenRLHF file loads
 this module by path on training nodes where mr-judge is not installed.
 

@@ -1,11 +1,11 @@
 """What the judge's TRL rewards share, whatever the transport: TRL's arguments in, grouping, metrics out.
 
-A transport (`judge.reward_http`, `judge.reward_local`) subclasses `GroupedJudgeReward` and judges the
+A transport (`judge.reward.trl.http`, `judge.reward.trl.local`) subclasses `GroupedJudgeReward` and judges the
 planned groups (`_judge_groups`, and `_ajudge_groups` for the coroutine form); grouping and planning are
-the shared planner's (`judge.reward_planner`), and the counting, logging and raising are done here, once.
+the shared planner's (`judge.reward.planner`), and the counting, logging and raising are done here, once.
 
 A group whose input the judge refused (a missing or out-of-root image, 413/415/422) is counted, logged and
-raised (`judge.reward_wire.RewardRefused`, with the server's message): a mistyped image root must stop a run,
+raised (`judge.reward.wire.RewardRefused`, with the server's message): a mistyped image root must stop a run,
 not train it on nothing. A group the judge could not be reached for within the retries (an outage) gets
 `None` rewards, counted and logged: a long run rides out a judge restart (TRL treats `None` as no signal).
 `None` is otherwise only for completions the judge could not score (an unparsed verdict, a lone completion
@@ -23,14 +23,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge.reward_inputs import completion_text, image_digest, prompt_images, prompt_text
-from judge.reward_planner import RewardGroup, group_samples, scatter
-from judge.reward_scoring import MODES
-from judge.reward_wire import RetryPolicy, RewardError, RewardRefused
+from judge.reward.inputs import completion_text, image_digest, prompt_images, prompt_text
+from judge.reward.planner import RewardGroup, group_samples, scatter
+from judge.reward.scoring import MODES
+from judge.reward.wire import RetryPolicy, RewardError, RewardRefused
 
 __all__ = ["TOURNAMENTS", "GroupedJudgeReward", "RewardCall", "check_reward_options"]
 
-logger = logging.getLogger("judge.policy_reward")  # one logger for both transports, under the public module's name
+logger = logging.getLogger("judge.reward")  # one logger for both transports, under the public module's name
 
 TOURNAMENTS = ("round_robin", "knockout")
 
@@ -70,13 +70,13 @@ class GroupedJudgeReward(ABC):
     """Rewards from a judge for G completions per prompt, with TRL's reward signature (synchronous).
 
     Args:
-        mode: "listwise", "pairwise" (needs `reference_column`) or "tournament" (see `judge.policy_reward`).
+        mode: "listwise", "pairwise" (needs `reference_column`) or "tournament" (see `judge.reward`).
         tournament: the tournament format when `mode="tournament"` ("round_robin" or "knockout").
         reference_column: dataset column with each prompt's reference answer (pairwise judging, and
             groups of one completion).
         image_columns: dataset columns images are read from, first present wins.
         max_options: the judge's option limit; larger listwise groups become knock-out tournaments.
-        retry: retries and back-off of a failed judging call (`judge.reward_wire.RetryPolicy`).
+        retry: retries and back-off of a failed judging call (`judge.reward.wire.RetryPolicy`).
         image_root: folder relative image paths are read from.
         cap_at_reference: pairwise, pay `min(1, 2 p)` for the judge's probability `p` that a completion beats
             the reference: one the judge ties with the reference earns the full reward and one it prefers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from judge.judging import Judge, JudgeConfig
-from judge.reward_scoring import RewardRequest, compute_rewards
+from judge.reward.scoring import RewardRequest, compute_rewards
 from judge.types import DataError
 from tests.support.scripted_judge import RuleJudgeBackend
 

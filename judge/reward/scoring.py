@@ -1,7 +1,7 @@
 """The judge scores one group of responses: G responses to one prompt in, G rewards out.
 
 This is the scoring behind `POST /v1/reward`, `POST /get_reward` and the in-process TRL reward function;
-each of them only adapts a wire format to `RewardRequest` (through `judge.reward_planner`) and calls
+each of them only adapts a wire format to `RewardRequest` (through `judge.reward.planner`) and calls
 `compute_rewards`, which judges every request of a batch in one `Judge.select` call.
 
 Modes (G = number of responses):

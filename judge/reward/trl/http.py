@@ -1,13 +1,13 @@
 """The judge reward over HTTP: one `POST /v1/reward` per group to `mrjudge serve`, all groups concurrently.
 
-    from judge.reward_http import AsyncHttpJudgeReward
+    from judge.reward.trl.http import AsyncHttpJudgeReward
 
     reward = AsyncHttpJudgeReward("http://judge-node:8000")   # key from $MRJUDGE_SERVER_API_KEY
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=prompts)
 
 Images go as PNG data URLs, resized into [min_pixels, max_pixels] first (or as path strings with
 `send_image_paths`). Connection errors, timeouts, 408, 429 and 5xx are retried with back-off
-(`judge.reward_wire.RetryPolicy`; a 503's `Retry-After` is honoured); a group still unjudged after them gets
+(`judge.reward.wire.RetryPolicy`; a 503's `Retry-After` is honoured); a group still unjudged after them gets
 `None` rewards, counted and logged (TRL takes `None` as no signal: a run rides out a judge restart). Any
 other 4xx (a missing or out-of-root image, 413, 415, 422, 401) raises `RewardRefused` with the server's
 message at once. Rewards are never made up for a group the server did not judge.
@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from judge.images import PixelRange
-from judge.reward_base import GroupedJudgeReward, GroupResults, RewardCall
-from judge.reward_planner import RewardGroup
-from judge.reward_scoring import RewardRequest
-from judge.reward_wire import (
+from judge.reward.planner import RewardGroup
+from judge.reward.scoring import RewardRequest
+from judge.reward.trl.base import GroupedJudgeReward, GroupResults, RewardCall
+from judge.reward.wire import (
     CONNECT_TIMEOUT_S,
     Failover,
     Replicas,
@@ -71,7 +71,7 @@ async def post_json(
     on_retry: Callable[[], None] | None = None,
 ) -> Any:
     """POST `payload` to the reward server (or to one of `Replicas`, the whole payload to one) and return the
-    response (status 200), retrying and failing over as `retry` and `judge.reward_wire.Failover` say; `key`
+    response (status 200), retrying and failing over as `retry` and `judge.reward.wire.Failover` say; `key`
     routes a one-sample request by its group (`Replicas.order`).
 
     Raises:
@@ -129,7 +129,7 @@ class HttpJudgeReward(GroupedJudgeReward):
         url: the server's root, `/v1` root or `/v1/reward` URL; or several replicas' (a list, or comma-separated):
             each group goes whole to the replica with the fewest requests outstanding from this process, and a
             replica that fails is passed over for the others and tried again after `replica_cooloff_s`
-            (`judge.reward_wire.Replicas`, `Failover`).
+            (`judge.reward.wire.Replicas`, `Failover`).
         api_key: `Authorization: Bearer` key; default `$MRJUDGE_SERVER_API_KEY`.
         max_concurrency: requests in flight at once, per replica.
         send_image_paths: send string image references (paths) as they are, to be read under the server's
@@ -139,7 +139,7 @@ class HttpJudgeReward(GroupedJudgeReward):
             server's 413; unset: sent as they are.
         replica_cooloff_s: how long a replica that failed is passed over (doubling per failure in a row, up
             to 60 s); with one server it changes nothing.
-        **options: how groups are judged and retried (`judge.reward_base.GroupedJudgeReward`); keep
+        **options: how groups are judged and retried (`judge.reward.trl.base.GroupedJudgeReward`); keep
             `max_options` at most the server's `max_candidates`.
     """
 

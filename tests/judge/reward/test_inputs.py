@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from judge.reward_inputs import (
+from judge.reward.inputs import (
     JudgeLabel,
     completion_text,
     decode_label,

@@ -1,8 +1,8 @@
 """The judge as a TRL reward function: grouping, planning, in-process judging, HTTP with its failures, and the
-nested spec a recipe names one with (`judge.reward_spec`).
+nested spec a recipe names one with (`judge.reward.trl.spec`).
 
 The HTTP tests run a real server on loopback (FastAPI + uvicorn, `tests/support/reward_app.py`): a stand-in
-for `mrjudge serve`'s `POST /v1/reward` that calls `judge.reward_scoring.compute_rewards` on a rule judge,
+for `mrjudge serve`'s `POST /v1/reward` that calls `judge.reward.scoring.compute_rewards` on a rule judge,
 with switches to answer 503 to the first N calls, 500 to prompts carrying a marker, hold answers back, and
 demand an API key. A group whose input the server or judge refuses raises `RewardRefused` at once; a group the
 judge could not be reached for within the retries (an outage) gets `None`, counted and logged: never a made-up
@@ -23,7 +23,7 @@ from trl.trainer.utils import get_callable_name, is_async_callable
 
 from judge.images import image_to_data_url
 from judge.judging import Judge, JudgeConfig
-from judge.policy_reward import (
+from judge.reward import (
     AsyncHttpJudgeReward,
     AsyncJudgeRewardFunction,
     HttpJudgeReward,
@@ -34,7 +34,7 @@ from judge.policy_reward import (
     reward_endpoint,
     reward_spec,
 )
-from judge.reward_wire import RetryPolicy, RewardRefused
+from judge.reward.wire import RetryPolicy, RewardRefused
 from tests.support.reward_app import ALWAYS_500, fresh_state, make_reward_app, rule_judge
 from tests.support.scripted_judge import RuleJudgeBackend, ScoredRuleBackend
 from tiny_world.servers.openai_server import serve
@@ -188,7 +188,7 @@ def test_in_process_failures_give_none_after_retries_and_are_counted(caplog):
     judge = Judge(BrokenBackend(), JudgeConfig(orders=2))
     reward = InProcessJudgeReward(judge, retry=RetryPolicy(max_retries=2, backoff_s=0.001))
     metrics = Metrics()
-    with caplog.at_level(logging.ERROR, logger="judge.policy_reward"):
+    with caplog.at_level(logging.ERROR, logger="judge.reward"):
         assert reward(["Q", "Q", "R", "R"], ["a", "b", "c", "d"], log_metric=metrics) == [None] * 4
     assert metrics.last("judge/failed_frac") == 1.0 and metrics.last("judge/failed_groups") == 2
     assert metrics.last("judge/retries") == 2 and reward.totals["failed"] == 4
@@ -246,7 +246,7 @@ def test_http_a_group_that_keeps_failing_gets_none_after_the_retries(reward_serv
     url, state = reward_server
     metrics = Metrics()
     reward = _http(url, max_retries=2)
-    with caplog.at_level(logging.ERROR, logger="judge.policy_reward"):
+    with caplog.at_level(logging.ERROR, logger="judge.reward"):
         rewards = reward(["ok", "ok", ALWAYS_500, ALWAYS_500], ["score=1", "score=3"] * 2, log_metric=metrics)
     assert rewards == [0.0, 1.0, None, None]  # the good group's rewards stand; the failed one is no signal
     assert "1 of 2 groups got no reward" in caplog.text

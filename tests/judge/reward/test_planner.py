@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from judge.reward_planner import NEUTRAL_REWARD, fill_unscored, group_id, group_samples, plan_cost, plan_request
+from judge.reward.planner import NEUTRAL_REWARD, fill_unscored, group_id, group_samples, plan_cost, plan_request
 
 
 def test_planner_groups_by_prompt_images_and_reference():
