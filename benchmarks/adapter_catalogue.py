@@ -14,8 +14,8 @@
    `hit_rate` (adapter resident on arrival) and `cold_load_p50_ms` (their wait for the load), and the
    resident clients' p99 latency in (a) and (b).
 
-    python benchmarks/adapter_catalogue.py                      # N = 100,000: 191 s on 2 cores
-    python benchmarks/adapter_catalogue.py --revisions 5000 --duration 8    # a quick run
+    python -m benchmarks.adapter_catalogue                      # N = 100,000: 191 s on 2 cores
+    python -m benchmarks.adapter_catalogue --revisions 5000 --duration 8    # a quick run
 
 Run time: the bare run took 191 s on 2 CPU cores (2026-12-03, registration 90 s of it); registering alone took
 330 s and 534 s in two earlier runs on cores busy with other jobs (docs/adapters.md).
@@ -30,12 +30,10 @@ import argparse
 import asyncio
 import base64
 import io
-import json
 import os
 import platform
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,14 +43,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.kit import emit, free_port, percentile, start_server, stop_server
 
 TARGETS = r"^(?!.*visual).*\.(q_proj|v_proj|o_proj)$"
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
 
 
 def template(base_dir: Path) -> tuple[dict[str, tuple[int, ...]], dict, str]:
@@ -98,11 +91,11 @@ def probe(store, refs: list[str], policies: list[str], shapes, config, fingerpri
         store.promote(revision.ref, "bench")
         index_ms.append(1000 * (time.perf_counter() - start))
     return {
-        "resolve_p99_ms": percentile(resolve_ms, 99),
-        "resolve_p50_ms": percentile(resolve_ms, 50),
-        "save_p99_ms": percentile(save_ms, 99),
-        "save_p50_ms": percentile(save_ms, 50),
-        "index_write_p99_ms": percentile(index_ms, 99),
+        "resolve_p99_ms": percentile(resolve_ms, 0.99),
+        "resolve_p50_ms": percentile(resolve_ms, 0.5),
+        "save_p99_ms": percentile(save_ms, 0.99),
+        "save_p50_ms": percentile(save_ms, 0.5),
+        "index_write_p99_ms": percentile(index_ms, 0.99),
     }
 
 
@@ -138,30 +131,16 @@ def image_url() -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def start_server(base_dir: Path, store_dir: Path, args) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as probe_socket:
-        probe_socket.bind(("127.0.0.1", 0))
-        port = probe_socket.getsockname()[1]
+def start_catalogue_server(base_dir: Path, store_dir: Path, args) -> tuple[subprocess.Popen, str]:
+    """`mrjudge serve --adapter-store` over the tiny base, on a free port: (its process, its base URL)."""
+    port = free_port()
     command = [
         sys.executable, "-m", "mrjudge.cli", "serve", "--model", str(base_dir), "--device", "cpu",
         "--adapter-store", str(store_dir), "--max-adapters", str(args.capacity), "--orders", "1",
         "--max-new-tokens", str(args.max_new_tokens), "--port", str(port), "--max-wait-ms", "5",
         "--log-level", "warning",
     ]  # fmt: skip
-    server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with {server.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return server, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    server.kill()
-    raise RuntimeError("the server did not start within 180 s")
+    return start_server(command, port=port, timeout_s=180), f"http://127.0.0.1:{port}"
 
 
 async def client(url: str, pick, stop_at: float, out: list[tuple[float, float]], image: str) -> None:
@@ -207,7 +186,7 @@ def serve_phase(base_dir: Path, store_dir: Path, refs: list[str], args) -> dict:
 
     hot_rng = random.Random(2)
     image = image_url()
-    server, url = start_server(base_dir, store_dir, args)
+    server, url = start_catalogue_server(base_dir, store_dir, args)
     try:
         for ref in hot:  # preload the hot set, and warm the model
             httpx.post(
@@ -222,11 +201,7 @@ def serve_phase(base_dir: Path, store_dir: Path, refs: list[str], args) -> dict:
         with_resident, zipf = asyncio.run(phase(url, hot, zipf_pick, args, image))
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server, timeout_s=30)
     cold = [load for _, load in zipf if load > 0]
     loads = {}
     for line in metrics.splitlines():
@@ -234,28 +209,26 @@ def serve_phase(base_dir: Path, store_dir: Path, refs: list[str], args) -> dict:
             name, value = line.rsplit(" ", 1)
             loads[name] = float(value)
     count = loads.get("mrjudge_adapter_load_seconds_count", 0)
-    without_p99 = percentile([lat for lat, _ in without_resident], 99)
-    with_p99 = percentile([lat for lat, _ in with_resident], 99)
+    without = [lat for lat, _ in without_resident]
+    with_cold = [lat for lat, _ in with_resident]
+    without_p99, with_p99 = percentile(without, 0.99), percentile(with_cold, 0.99)
     return {
         "zipf_requests": len(zipf),
-        "hit_rate": round(1 - len(cold) / max(1, len(zipf)), 4),
-        "cold_load_p50_ms": round(percentile(cold, 50), 3),
-        "server_load_mean_ms": round(1000 * loads.get("mrjudge_adapter_load_seconds_sum", 0) / max(1, count), 3),
+        "hit_rate": 1 - len(cold) / max(1, len(zipf)),
+        "cold_load_p50_ms": percentile(cold, 0.5),
+        "server_load_mean_ms": 1000 * loads.get("mrjudge_adapter_load_seconds_sum", 0) / max(1, count),
         "resident_requests": {"without_cold": len(without_resident), "with_cold": len(with_resident)},
-        "resident_p99_ms": {
-            "without_cold": round(without_p99, 2),
-            "with_cold": round(with_p99, 2),
-            "ratio": round(with_p99 / without_p99, 3),
-        },
-        "resident_p50_ms": {
-            "without_cold": round(percentile([lat for lat, _ in without_resident], 50), 2),
-            "with_cold": round(percentile([lat for lat, _ in with_resident], 50), 2),
-        },
+        "resident_p99_ms": {"without_cold": without_p99, "with_cold": with_p99, "ratio": with_p99 / without_p99},
+        "resident_p50_ms": {"without_cold": percentile(without, 0.5), "with_cold": percentile(with_cold, 0.5)},
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.adapter_catalogue",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--revisions", type=int, default=100_000)
     parser.add_argument("--policies", type=int, default=10)
     parser.add_argument("--chunk", type=int, default=1000, help="revisions per add_many call (and the 'start' N)")
@@ -296,15 +269,15 @@ def main() -> None:
 
         def pair(key: str) -> dict[str, float]:
             start, end = probes["start"][key], probes["end"][key]
-            return {"start": round(start, 4), "end": round(end, 4), "ratio": round(end / start, 3)}
+            return {"start": start, "end": end, "ratio": end / start}
 
         result = {
             "benchmark": "adapter_catalogue",
             "revisions": len(refs),
             "policies": args.policies,
             "start_revisions": args.chunk,
-            "register_s": round(register_s, 2),
-            "register_per_s": round(len(refs) / register_s, 1),
+            "register_s": register_s,
+            "register_per_s": len(refs) / register_s,
             "index_bytes": disk,
             "resolve_p99_ms": pair("resolve_p99_ms"),
             "resolve_p50_ms": pair("resolve_p50_ms"),
@@ -323,7 +296,7 @@ def main() -> None:
             goals["resident_p99_with/without_cold<=1.5"] = result["resident_p99_ms"]["ratio"] <= 1.5
         result["goals"] = goals
         result["machine"] = f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}"
-        print(json.dumps(result))
+        emit(result)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -51,9 +51,9 @@ parameters, not adapted) would make the full-weights side, and so the ratio, lar
 the store writes the adapter in the dtype it was trained in — float32 under PEFT's default
 (`adapter_dtype`), twice the bf16 bytes — so the measured bytes ratio is about half the bf16 one.
 
-    python benchmarks/adapter_handoff.py                  # the >= 1B model (minutes; ~11 GB peak RAM)
-    OMP_NUM_THREADS=1 python benchmarks/adapter_handoff.py --small --repeats 2   # plumbing check, seconds
-    python benchmarks/adapter_handoff.py --shape 4b --device cuda   # on a GPU (benchmarks/gpu_checks.py runs it)
+    python -m benchmarks.adapter_handoff                  # the >= 1B model (minutes; ~11 GB peak RAM)
+    OMP_NUM_THREADS=1 python -m benchmarks.adapter_handoff --small --repeats 2   # plumbing check, seconds
+    python -m benchmarks.adapter_handoff --shape 4b --device cuda   # on a GPU (benchmarks.gpu_checks runs it)
 
 Run time: the bare run (three >= 1B bf16 models, 3 hand-offs of each kind) took 102 s on 2 cores (2026-12-03,
 ~11 GB peak RAM; hand-off 1.45 s against 12.9 s there, the full side's write 7.3 s of it); `--small --repeats 2`
@@ -67,12 +67,9 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import os
-import re
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -84,16 +81,12 @@ from adapter_revisions.catalogue import fsync_path
 from adapter_revisions.fingerprint import base_fingerprint
 from adapter_revisions.pool import AdapterPool
 from adapter_revisions.store import AdapterStore
+from benchmarks.kit import emit, peak_rss_mib, rounded
+from benchmarks.workers import qwen2_lm_config
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.hf import TransformersBackend
 from judge.models import LoadedModel
 from tiny_world.model import build_tokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python benchmarks/X.py` puts benchmarks/ first, not the root
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.workers import qwen2_lm_config  # noqa: E402
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Qwen2 shapes: hidden, layers, heads, kv heads, intermediate, vocab (embeddings untied in all three).
@@ -106,6 +99,7 @@ SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
 POLICY = "handoff"
 PROMPT = "Question: What colour is the circle?\nA. red\nB. blue\nAnswer with the letter of the best option."
 MAX_ADAPTERS = 1  # one resident revision, as in a GRPO hand-off: each new one replaces the last
+DIGITS = 5  # the record's decimals: the logit differences (answer_checks) are small
 
 
 def qwen2_config(shape: str) -> Any:
@@ -134,7 +128,7 @@ def build_base(shape: str, seed: int, device: str = "cpu") -> Any:
 def lora_config(rank: int) -> Any:
     from peft import LoraConfig
 
-    # A regex, as training/common.py writes it: PEFT turns a list into a set, which the store cannot write as JSON.
+    # A regex, as training/model_config.py writes it: PEFT turns a list into a set, which the store cannot write as JSON.
     targets = rf"^.*\.({'|'.join(TARGET_MODULES)})$"
     return LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
 
@@ -265,13 +259,8 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
-def peak_rss_gib() -> float:
-    status = Path("/proc/self/status").read_text()
-    return int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 2**20
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.adapter_handoff", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="hand-offs of each kind (medians are reported)")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank of the measured adapter")
     parser.add_argument("--answer-tokens", type=int, default=1, help="greedy tokens the serving side generates")
@@ -293,7 +282,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole measurement (set-up, hand-offs, checks) on `args.device`; returns the JSON record."""
+    """The whole measurement (set-up, hand-offs, checks) on `args.device`; returns the JSON record (rounded)."""
     from peft import get_peft_model
 
     began = time.perf_counter()
@@ -410,47 +399,44 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "answer_tokens": args.answer_tokens,
             "adapter_bytes": adapter_bytes,
             "full_bytes": full_bytes,
-            "bytes_ratio_measured": round(full_bytes / adapter_bytes, 1),
-            "adapter_handoff_s": round(adapter_s, 4),
-            "full_handoff_s": round(full_s, 4),
-            "time_ratio_measured": round(full_s / adapter_s, 2),
-            "adapter_phases_s": {p: round(median("adapter", p), 4) for p in ("export", "load", "answer")},
+            "bytes_ratio_measured": full_bytes / adapter_bytes,
+            "adapter_handoff_s": adapter_s,
+            "full_handoff_s": full_s,
+            "time_ratio_measured": full_s / adapter_s,
+            "adapter_phases_s": {p: median("adapter", p) for p in ("export", "load", "answer")},
             "full_phases_s": {
-                p: round(median("full", p), 4)
+                p: median("full", p)
                 for p in ("export", "load", "answer", "export_merge", "export_write", "export_fsync")
             },
-            "time_ratio_export_load": round(
-                (median("full", "export") + median("full", "load"))
-                / (median("adapter", "export") + median("adapter", "load")),
-                2,
-            ),
-            "adapter_handoff_runs_s": [round(r["total"], 4) for r in runs["adapter"]],
-            "adapter_first_handoff_s": round(cold_s, 4),
-            "full_handoff_runs_s": [round(r["total"], 4) for r in runs["full"]],
+            "time_ratio_export_load": (median("full", "export") + median("full", "load"))
+            / (median("adapter", "export") + median("adapter", "load")),
+            "adapter_handoff_runs_s": [r["total"] for r in runs["adapter"]],
+            "adapter_first_handoff_s": cold_s,
+            "full_handoff_runs_s": [r["total"] for r in runs["full"]],
             "params_7b": r8["base_params"],
             "lora_params_7b_r8": r8["lora_params"],
             "lora_params_7b_r64": r64["lora_params"],
-            "bytes_ratio_7b_r8": round(r8["base_params"] / r8["lora_params"], 1),
-            "bytes_ratio_7b_r64": round(r64["base_params"] / r64["lora_params"], 1),
+            "bytes_ratio_7b_r8": r8["base_params"] / r8["lora_params"],
+            "bytes_ratio_7b_r64": r64["base_params"] / r64["lora_params"],
             "answers_match": all(c["ok"] for c in checks),
-            "answer_checks": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in c.items()} for c in checks],
+            "answer_checks": checks,
             "merge_drift_max_abs": drift,
-            "train_losses": [round(x, 4) for x in train_losses],
+            "train_losses": train_losses,
             "threads": torch.get_num_threads(),
-            "load_avg_1m_at_start": round(load_avg, 2),
-            "peak_rss_gib": round(peak_rss_gib(), 2),
-            "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if "cuda" in args.device else None,
-            "setup_s": round(setup_s, 1),
-            "wall_s": round(time.perf_counter() - began, 1),
+            "load_avg_1m_at_start": load_avg,
+            "peak_rss_gib": peak_rss_mib() / 1024,
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if "cuda" in args.device else None,
+            "setup_s": setup_s,
+            "wall_s": time.perf_counter() - began,
         }
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)
-    return record
+    return rounded(record, DIGITS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(json.dumps(measure(parse_args(argv))), flush=True)
+    emit(measure(parse_args(argv)), digits=DIGITS)
     return 0
 
 

@@ -5,7 +5,7 @@ every request like a thinking model (reasoning in `reasoning_content`, the answe
 fixed delay, so the only thing that changes between the two runs is how many requests the stage keeps in
 flight: the figure this measures. Each row costs three requests (reason, remove hint, align style).
 
-    PYTHONPATH=. python benchmarks/distill_throughput.py [--rows 32] [--delay-s 0.5] [--concurrency 32]
+    python -m benchmarks.distill_throughput [--rows 32] [--delay-s 0.5] [--concurrency 32]
 
 Run time: the bare run took 96 s under load (7 agents on 2 cores); at concurrency 1 it waits at least
 rows x 3 x delay (48 s) by design.
@@ -16,18 +16,15 @@ Prints one JSON line with rows/s and tokens/s at concurrency 1 and at `--concurr
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from data_synthesis.pipeline import ModelSpec, run_distill  # noqa: E402
-from jobs.jsonl import write_jsonl_atomic  # noqa: E402
-from tiny_world.servers.openai_server import serve  # noqa: E402
-from tiny_world.servers.thinking_server import make_thinking_app  # noqa: E402
+from benchmarks.kit import emit, rounded
+from data_synthesis.pipeline import ModelSpec, run_distill
+from jobs.jsonl import write_jsonl_atomic
+from tiny_world.servers.openai_server import serve
+from tiny_world.servers.thinking_server import make_thinking_app
 
 
 def items(n: int) -> list[dict]:
@@ -63,14 +60,16 @@ def measure(url: str, rows: list[dict], concurrency: int, folder: Path) -> dict:
     )
     assert summary["failed"] == 0 and summary["kept"] == len(rows), summary
     return {
-        "rows_per_s": round(len(rows) / summary["wall_s"], 2),
-        "tokens_per_s": round(summary["completion_tokens_now"] / summary["wall_s"], 1),
+        "rows_per_s": len(rows) / summary["wall_s"],
+        "tokens_per_s": summary["completion_tokens_now"] / summary["wall_s"],
         "wall_s": summary["wall_s"],
     }
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.distill_throughput", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--delay-s", type=float, default=0.5, help="the server's fixed delay per request")
     parser.add_argument("--concurrency", type=int, default=32)
@@ -94,11 +93,11 @@ def main(argv: list[str] | None = None) -> dict:
         "c1_tokens_per_s": single["tokens_per_s"],
         f"c{args.concurrency}_rows_per_s": many["rows_per_s"],
         f"c{args.concurrency}_tokens_per_s": many["tokens_per_s"],
-        "ratio": round(many["rows_per_s"] / single["rows_per_s"], 2),
+        "ratio": many["rows_per_s"] / single["rows_per_s"],
         "python": platform.python_version(),
     }
-    print(json.dumps(result))
-    return result
+    emit(result)
+    return rounded(result)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pure-Python wheels benchmarks/gpu_checks.py needs on the lent H200, which has no package registry.
+# The pure-Python wheels `benchmarks.gpu_checks` needs on the lent H200, which has no package registry.
 #
 #   bash benchmarks/gpu_wheels.sh                       # fills .gpu-wheels/ (ignored by git), checks the 64 MiB limit
 #   bash benchmarks/gpu_wheels.sh --image-transformers  # leave transformers out: test the image's own 5.17

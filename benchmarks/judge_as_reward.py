@@ -30,9 +30,9 @@ policy's SFT and GRPO); the validation split that is reported is never looked at
 makes one more choice the same way, per arm: the saved step (every N) whose policy answers the dev questions
 best, reported beside the last step (`selected`), as a run that picks its checkpoint on a referenced dev set.
 
-    python benchmarks/judge_as_reward.py --out runs/judge_as_reward                 # trains a judge first
-    python benchmarks/judge_as_reward.py --demo runs/demo --out runs/judge_as_reward  # the demo's world and judge
-    python benchmarks/judge_as_reward.py --demo runs/demo --judge runs/demo/sft/model --arms oracle,judge
+    python -m benchmarks.judge_as_reward --out runs/judge_as_reward                 # trains a judge first
+    python -m benchmarks.judge_as_reward --demo runs/demo --out runs/judge_as_reward  # the demo's world and judge
+    python -m benchmarks.judge_as_reward --demo runs/demo --judge runs/demo/sft/model --arms oracle,judge
 
 Prints one JSON line; writes `exact.png` (exact answers before and after each arm) and `rewards.png`.
 Run time: 1,082 s for the four arms at 200 steps with `--demo` and a reused seeing policy (`OUT/policy/
@@ -48,18 +48,17 @@ import json
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.workers import paired_bootstrap  # noqa: E402
-from reward_server.background import serve_in_thread  # noqa: E402
-from tiny_world.demo.config import DemoConfig  # noqa: E402
-from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages  # noqa: E402
-from tiny_world.policy_data import rebase_images, world_questions  # noqa: E402
-from tiny_world.recipe import History  # noqa: E402
-from tiny_world.seeing_policy import (  # noqa: E402
+from benchmarks.workers import paired_bootstrap
+from reward_server.background import serve_in_thread
+from tiny_world.demo.config import DemoConfig
+from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages
+from tiny_world.policy_data import rebase_images, world_questions
+from tiny_world.recipe import History
+from tiny_world.seeing_policy import (
     SEEING_POLICY_VERSION,
     NoisyOracleReward,
     OracleReward,
@@ -121,6 +120,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.noise_false_positive is not None and not 0.0 <= args.noise_false_positive <= 1.0:
         parser.error(f"--noise-false-positive ({args.noise_false_positive}) must be a probability in [0, 1]")
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = sorted(set(args.arms) - set(ARMS))
+    if unknown:
+        raise SystemExit(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
+    if args.select_every and args.report != "val":
+        raise SystemExit(
+            "--select-every picks each arm's step on the dev questions: report on the others (--report val)"
+        )
     return args
 
 
@@ -200,17 +207,8 @@ def select_on_dev(
     return {"step": step, "model": saved[step], "dev_exact": {s: dev_exact[s] for s in sorted(dev_exact)}}
 
 
-def refreshed_judge(
-    args: argparse.Namespace,
-    recipe: Any,
-    demo: Path,
-    judge: Path,
-    policy: Path,
-    train: list[dict[str, Any]],
-    data: Path,
-    out: Path,
-    policy_key: dict[str, Any],
-) -> dict[str, Any]:
+def refreshed_judge(args: argparse.Namespace, recipe: Any, demo: Path, judge: Path, policy: Path,
+                    train: list[dict[str, Any]], data: Path, out: Path, policy_key: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The judge refreshed on the start policy's wrong answers to its own training questions; a finished
     refresh of the same judge, policy (`policy_key`, the seeing policy's cache key) and settings is reused
     (`OUT/refresh/figures.json`)."""
@@ -231,158 +229,174 @@ def refreshed_judge(
     return figures
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from judge.reward.trl.http import HttpJudgeReward
-    from reward_server import create_app
-    from reward_server.config import ServerConfig
-    from training.common import run_recipe
-    from training.policy import build_policy_trainer
+@dataclass(frozen=True)
+class Start:
+    """What every arm starts from and is measured on."""
 
-    args = parse_args(argv)
-    began = time.perf_counter()
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = sorted(set(arms) - set(ARMS))
-    if unknown:
-        raise SystemExit(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
-    if args.select_every and args.report != "val":
-        raise SystemExit(
-            "--select-every picks each arm's step on the dev questions: report on the others (--report val)"
-        )
+    model: Path  # the seeing policy after its SFT
+    prompts: Path  # its GRPO prompts
+    image_root: Path  # the demo's negatives folder, where the questions' images are
+    report_rows: list[dict[str, Any]]  # the questions figures are on (`--report`)
+    dev_rows: list[dict[str, Any]]  # training questions held back for choices
+    agree_rows: list[dict[str, Any]]  # the questions whose samples the judge scores
+    evaluate: dict[str, Any]  # `exact_answers`' settings
+    before: dict[str, Any]  # the start policy's exact answers to `report_rows`
+    swapped: dict[str, Any]  # the same with each question's picture swapped for another's
+
+
+@dataclass(frozen=True)
+class ArmsRun:
+    """What `run_arms` measured."""
+
+    results: dict[str, Any]  # each arm's figures
+    histories: dict[str, list[dict[str, Any]]]  # each arm's training logs
+    agree_start: dict[str, Any]  # `agreement` on the start policy's samples
+    noise_rates: tuple[float, float]  # the noisy oracles' false positive and false negative rates
+
+
+def demo_and_judge(args: argparse.Namespace) -> tuple[Path, Path, Any]:
+    """The demo folder, the judge model and the demo's recipe. Without `--demo`, the demo's judge recipe up to its
+    GRPO stage, in the benchmark's own folder (resumable)."""
     demo = args.demo
-    if demo is None:  # the demo's judge recipe up to its GRPO stage, in the benchmark's own folder (resumable)
-        demo = out / "demo"
+    if demo is None:
+        demo = args.out / "demo"
         run_stages(DemoConfig(), demo, until="grpo")
-    judge_model = args.judge or demo_judge(demo)
-    recipe = demo_recipe(demo)
+    return demo, args.judge or demo_judge(demo), demo_recipe(demo)
 
+
+def split_questions(
+    demo: Path, data: Path, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The world's questions: the policy's training questions (images rebased into `data`), the dev questions
+    held back from them (`--dev-fraction`), and the questions figures are reported on (`--report`)."""
     negatives, distill = demo / "negatives", demo / "distill"
-    data = out / "policy" / "data"
     train = rebase_images(world_questions(negatives, distill, "train"), negatives, data)
     rng = random.Random(f"{args.seed}:dev")
     dev_ids = set(rng.sample([r["id"] for r in train], round(args.dev_fraction * len(train))))
     dev_rows = [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
     report_rows = world_questions(negatives, distill, "val") if args.report == "val" else dev_rows
-    train = [r for r in train if r["id"] not in dev_ids]
+    return [r for r in train if r["id"] not in dev_ids], dev_rows, report_rows
+
+
+def seeing_policy(
+    args: argparse.Namespace, demo: Path, recipe: Any, train: list[dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The start policy (`train_seeing_policy`) and its cache key; the same policy trained before is reused
+    (`OUT/policy/seeing.json`)."""
     key = {"demo": str(demo.resolve()), "distill": demo_stage_hash(demo, "distill"), "seed": args.policy_seed}
     key.update(warmup_steps=args.warmup_steps, version=SEEING_POLICY_VERSION)
     key.update(sft_max_steps=args.sft_max_steps, dev_fraction=args.dev_fraction, dev_seed=args.seed)
-    record = out / "policy" / "seeing.json"
+    record = args.out / "policy" / "seeing.json"
     if record.is_file() and json.loads(record.read_text())["key"] == key:  # the same seeing policy: reuse it
-        policy = {
-            k: Path(v) if k in ("model", "prompts") else v for k, v in json.loads(record.read_text())["policy"].items()
-        }
-    else:
-        policy = train_seeing_policy(
-            demo / "world",
-            distill,
-            train,
-            out / "policy",
-            seed=args.policy_seed,
-            warmup_steps=args.warmup_steps,
-            sft_max_steps=args.sft_max_steps,
-            shaded=recipe.shaded,
-        )
-        plain = {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()}
-        record.write_text(json.dumps({"key": key, "policy": plain}))
-    start_model = policy["model"]
-    evaluate = dict(samples=args.samples, max_new_tokens=args.max_completion_length, seed=args.seed)
-    before = exact_answers(start_model, report_rows, negatives, **evaluate)
-    swapped = exact_answers(start_model, report_rows, negatives, **evaluate, swap_images=True)
-    print(
-        f"seeing policy: exact greedy {before['greedy']}, sampled {before['sampled']} "
-        f"(swapped pictures: {swapped['greedy']}); {policy}",
-        file=sys.stderr,
-    )
+        saved = json.loads(record.read_text())["policy"]
+        return {k: Path(v) if k in ("model", "prompts") else v for k, v in saved.items()}, key
+    policy = train_seeing_policy(demo / "world", demo / "distill", train, args.out / "policy", seed=args.policy_seed,
+                                 warmup_steps=args.warmup_steps, sft_max_steps=args.sft_max_steps,
+                                 shaded=recipe.shaded)  # fmt: skip
+    record.write_text(json.dumps({"key": key, "policy": _plain(policy)}))
+    return policy, key
 
-    refresh = None
-    if args.refresh_steps:
-        refresh = refreshed_judge(args, recipe, demo, judge_model, start_model, train, data, out / "refresh", key)
-        judge_model = Path(refresh["model"])
-    judge = recipe.judge(judge_model, image_root=None, batch_size=2 * args.per_device_train_batch_size)
-    app = create_app(
-        judge, ServerConfig(port=0, max_batch_items=2 * args.per_device_train_batch_size, max_candidates=8)
-    )
+
+def _plain(policy: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()}
+
+
+def arm_rewards(args: argparse.Namespace, noise_rates: tuple[float, float]) -> dict[str, list[Any] | None]:
+    """Each arm's reward functions; None: the config's own reward, the server (pairwise against the reference,
+    listwise, or pairwise capped at the reference's own reward)."""
+    return {
+        "oracle": [OracleReward()],
+        "random": [RandomReward(args.seed)],
+        **{
+            arm: [NoisyOracleReward(args.seed, *noise_rates, persistent=arm == "oracle_noisy_fixed")]
+            for arm in ("oracle_noisy", "oracle_noisy_fixed")
+        },
+        "judge": None,
+        "judge_listwise": None,
+        "judge_capped": None,
+    }
+
+
+def run_arm(
+    arm: str, start: Start, args: argparse.Namespace, url: str, reward_funcs: list[Any] | None, pairwise: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One arm's GRPO from the start policy, then its figures: exact answers after it (and at the step the dev
+    questions choose, with `--select-every`), and for the pairwise judge arms the judge's own (uncapped) view of
+    the trained policy's answers (`agree_end`); and the arm's training logs."""
+    from training.policy import build_policy_trainer
+    from training.recipe import run_recipe
+
+    arm_dir = args.out / "arms" / arm
+    save = dict(save_strategy="steps", save_steps=args.select_every, save_only_model=True) if args.select_every else {}
+    config = policy_grpo_config(start.model, start.prompts, arm_dir, url, listwise=arm == "judge_listwise",
+                                cap_at_reference=arm == "judge_capped", seed=args.seed, **policy_grpo_fields(args),
+                                **save)  # fmt: skip
+    history = History()
+    began = time.perf_counter()
+
+    def build(config: Any, **kwargs: Any) -> Any:
+        return build_policy_trainer(config, reward_funcs=reward_funcs, **kwargs)
+
+    run_recipe(build, config, [history.callback()])
+    after = exact_answers(arm_dir, start.report_rows, start.image_root, **start.evaluate)
+    figures = {
+        **after_figures(start.before, after, args.bootstrap, args.seed),
+        "train_s": round(time.perf_counter() - began, 1),
+    }
+    if args.select_every:
+        chosen = select_on_dev(arm_dir, args.max_steps, start.dev_rows, start.image_root, start.evaluate)
+        picked = exact_answers(chosen["model"], start.report_rows, start.image_root, **start.evaluate)
+        figures["selected"] = {
+            **after_figures(start.before, picked, args.bootstrap, args.seed),
+            "step": chosen["step"],
+            "dev_exact_by_step": chosen["dev_exact"],
+        }
+    if arm in ("judge", "judge_capped"):
+        answers = exact_answers(arm_dir, start.agree_rows, start.image_root, **start.evaluate)
+        figures["agree_end"] = agreement(answers, start.agree_rows, pairwise, start.image_root)
+    return figures, history.logs
+
+
+def run_arms(args: argparse.Namespace, start: Start, judge: Any) -> ArmsRun:
+    """Every arm in turn, the judge served on loopback: each arm's figures and training logs, the judge's
+    agreement with the answer key on the start policy's samples, and the noisy oracles' error rates."""
+    from judge.reward.trl.http import HttpJudgeReward
+    from reward_server import create_app
+    from reward_server.config import ServerConfig
+
+    batch = 2 * args.per_device_train_batch_size
+    app = create_app(judge, ServerConfig(port=0, max_batch_items=batch, max_candidates=8))
     results: dict[str, Any] = {}
     histories: dict[str, list[dict[str, Any]]] = {}
-    agree_rows = report_rows[: args.agreement_questions]
     with serve_in_thread(app) as url:
         pairwise = HttpJudgeReward(url, mode="pairwise", reference_column="answer", max_options=2)
-        agree_start = agreement(
-            exact_answers(start_model, agree_rows, negatives, **evaluate), agree_rows, pairwise, negatives
-        )
+        samples = exact_answers(start.model, start.agree_rows, start.image_root, **start.evaluate)
+        agree_start = agreement(samples, start.agree_rows, pairwise, start.image_root)
         noise_rates = (
             (agree_start["overpaid"] or 0.0) if args.noise_false_positive is None else args.noise_false_positive,
             agree_start["underpaid"] or 0.0,
         )
-        rewards = {
-            "oracle": [OracleReward()],
-            "random": [RandomReward(args.seed)],
-            **{
-                arm: [NoisyOracleReward(args.seed, *noise_rates, persistent=arm == "oracle_noisy_fixed")]
-                for arm in ("oracle_noisy", "oracle_noisy_fixed")
-            },
-            "judge": None,  # the config's own reward: the server, pairwise against the reference
-            "judge_listwise": None,
-            "judge_capped": None,  # pairwise, capped at the reference's own reward
-        }
-        for arm in arms:
-            config = policy_grpo_config(
-                start_model,
-                policy["prompts"],
-                out / "arms" / arm,
-                url,
-                listwise=arm == "judge_listwise",
-                cap_at_reference=arm == "judge_capped",
-                seed=args.seed,
-                **policy_grpo_fields(args),
-                **(
-                    dict(save_strategy="steps", save_steps=args.select_every, save_only_model=True)
-                    if args.select_every
-                    else {}
-                ),
-            )
-            history = History()
-            arm_start = time.perf_counter()
-
-            def build(config: Any, _funcs: Any = rewards[arm], **kwargs: Any) -> Any:
-                return build_policy_trainer(config, reward_funcs=_funcs, **kwargs)
-
-            run_recipe(build, config, [history.callback()])
-            after = exact_answers(out / "arms" / arm, report_rows, negatives, **evaluate)
-            results[arm] = {
-                **after_figures(before, after, args.bootstrap, args.seed),
-                "train_s": round(time.perf_counter() - arm_start, 1),
-            }
-            if args.select_every:
-                chosen = select_on_dev(out / "arms" / arm, args.max_steps, dev_rows, negatives, evaluate)
-                picked = exact_answers(chosen["model"], report_rows, negatives, **evaluate)
-                results[arm]["selected"] = {
-                    **after_figures(before, picked, args.bootstrap, args.seed),
-                    "step": chosen["step"],
-                    "dev_exact_by_step": chosen["dev_exact"],
-                }
-            if arm in ("judge", "judge_capped"):  # the judge's own (uncapped) view of the trained policy's answers
-                results[arm]["agree_end"] = agreement(
-                    exact_answers(out / "arms" / arm, agree_rows, negatives, **evaluate),
-                    agree_rows,
-                    pairwise,
-                    negatives,
-                )
-            histories[arm] = history.logs
+        rewards = arm_rewards(args, noise_rates)
+        for arm in args.arms:
+            results[arm], histories[arm] = run_arm(arm, start, args, url, rewards[arm], pairwise)
             print(f"{arm}: {results[arm]}", file=sys.stderr)
         pairwise.close()
+    return ArmsRun(results, histories, agree_start, noise_rates)
 
+
+def report(args: argparse.Namespace, start: Start, arms: ArmsRun, served: dict[str, Any], wall_s: float) -> dict:
+    """The JSON line: the start, every arm's figures keyed by arm, the judge's agreement, the settings; `served`
+    holds the line's `policy`, `judge_model` and `refresh`."""
+    results, agree_start, noise_rates = arms.results, arms.agree_start, arms.noise_rates
     agree_ends = {arm: r.pop("agree_end") for arm, r in results.items() if "agree_end" in r}
     agree_end = agree_ends.get("judge")
     result = {
         "benchmark": "judge_as_reward",
         "report_set": args.report,
-        "questions": len(report_rows),
-        "exact_before": before["sampled"],
-        "exact_before_greedy": before["greedy"],
-        "exact_before_swapped_greedy": swapped["greedy"],
+        "questions": len(start.report_rows),
+        "exact_before": start.before["sampled"],
+        "exact_before_greedy": start.before["greedy"],
+        "exact_before_swapped_greedy": start.swapped["greedy"],
         **by_arm(results),
         "agreement_start": agree_start["agreement"],
         "agreement_end": agree_end["agreement"] if agree_end else None,
@@ -391,9 +405,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "judge_overpaid_end_by_arm": {arm: a["overpaid"] for arm, a in agree_ends.items()},
         "judge_underpaid_start": agree_start["underpaid"],
         "noise_rates": {"false_positive": noise_rates[0], "false_negative": noise_rates[1]},
-        "policy": {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()},
-        "judge_model": str(judge_model),
-        "refresh": refresh,
+        **served,
         "grpo": {
             "max_steps": args.max_steps,
             "learning_rate": args.learning_rate,
@@ -402,7 +414,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "train_s": {arm: r["train_s"] for arm, r in results.items()},
         },
-        "wall_s": round(time.perf_counter() - began, 1),
+        "wall_s": round(wall_s, 1),
     }
     if args.select_every:  # each arm at the step the dev questions chose, beside its last step above
         selected = {arm: r["selected"] for arm, r in results.items()}
@@ -412,9 +424,45 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "dev_exact_by_step": {arm: r["dev_exact_by_step"] for arm, r in selected.items()},
             **by_arm(selected),
         }
-    (out / "history.json").write_text(json.dumps(histories))
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    began = time.perf_counter()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    demo, judge_model, recipe = demo_and_judge(args)
+    data = out / "policy" / "data"
+    train, dev_rows, report_rows = split_questions(demo, data, args)
+    policy, policy_key = seeing_policy(args, demo, recipe, train)
+
+    negatives = demo / "negatives"
+    evaluate = dict(samples=args.samples, max_new_tokens=args.max_completion_length, seed=args.seed)
+    before = exact_answers(policy["model"], report_rows, negatives, **evaluate)
+    swapped = exact_answers(policy["model"], report_rows, negatives, **evaluate, swap_images=True)
+    print(
+        f"seeing policy: exact greedy {before['greedy']}, sampled {before['sampled']} "
+        f"(swapped pictures: {swapped['greedy']}); {policy}",
+        file=sys.stderr,
+    )
+    start = Start(policy["model"], policy["prompts"], negatives, report_rows, dev_rows,
+                  report_rows[: args.agreement_questions], evaluate, before, swapped)  # fmt: skip
+
+    refresh = None
+    if args.refresh_steps:
+        refresh = refreshed_judge(
+            args, recipe, demo, judge_model, start.model, train, data, out / "refresh", policy_key
+        )
+        judge_model = Path(refresh["model"])
+    judge = recipe.judge(judge_model, image_root=None, batch_size=2 * args.per_device_train_batch_size)
+    arms = run_arms(args, start, judge)
+
+    served = {"policy": _plain(policy), "judge_model": str(judge_model), "refresh": refresh}
+    result = report(args, start, arms, served, time.perf_counter() - began)
+    (out / "history.json").write_text(json.dumps(arms.histories))
     (out / "result.json").write_text(json.dumps(result, indent=1))
-    _plots(out, result, histories)
+    _plots(out, result, arms.histories)
     print(json.dumps(result))
     return result
 

@@ -16,9 +16,9 @@ the reported held-out set is never looked at for them. `grpo_gain` is the mean o
 held-out accuracy minus SFT's; its 95 % interval is a paired bootstrap over held-out pairs, pooled over
 seeds. Prints one JSON line; writes `gain.png` (accuracy by arm and by flaw evidence) and `curves.png`.
 
-    python benchmarks/judge_grpo_gain.py --out runs/judge_grpo_gain                 # trains the SFT judge first
-    python benchmarks/judge_grpo_gain.py --demo runs/demo --out runs/judge_grpo_gain  # a demo folder's SFT judge
-    python benchmarks/judge_grpo_gain.py --demo runs/demo --report dev --seeds 0      # for choices
+    python -m benchmarks.judge_grpo_gain --out runs/judge_grpo_gain                 # trains the SFT judge first
+    python -m benchmarks.judge_grpo_gain --demo runs/demo --out runs/judge_grpo_gain  # a demo folder's SFT judge
+    python -m benchmarks.judge_grpo_gain --demo runs/demo --report dev --seeds 0      # for choices
 
 Run time: 1,273 s with `--demo` (pool filtering 335 s of it, then reused from `OUT/pool/pool.json`), measured
 on 2 cores shared with another run; bare, the demo's judge training up to SFT comes first (about 700 s on 2
@@ -35,14 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.workers import paired_bootstrap  # noqa: E402
-from jobs.jsonl import read_jsonl  # noqa: E402
-from tiny_world.demo.config import DemoConfig  # noqa: E402
-from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages  # noqa: E402
-from tiny_world.heldout import UNDECIDED_CREDIT, evidence_of, score_verdicts  # noqa: E402
-from tiny_world.judge_pool import (  # noqa: E402
+from benchmarks.kit import emit, rounded
+from benchmarks.workers import paired_bootstrap
+from jobs.jsonl import read_jsonl
+from tiny_world.demo.config import DemoConfig
+from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages
+from tiny_world.heldout import UNDECIDED_CREDIT, evidence_of, score_verdicts
+from tiny_world.judge_pool import (
     all_pairs,
     content_key,
     filter_pool,
@@ -51,11 +50,11 @@ from tiny_world.judge_pool import (  # noqa: E402
     write_pool_sft,
     write_pool_world,
 )
-from tiny_world.recipe import History, TinyJudgeRecipe  # noqa: E402
+from tiny_world.recipe import History, TinyJudgeRecipe
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.judge_grpo_gain", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/judge_grpo_gain"))
     parser.add_argument(
         "--demo", type=Path, help="a demo folder whose stages up to `sft` are done (default: train one)"
@@ -136,10 +135,10 @@ def credits(pairs: list[Any], verdicts: list[Any]) -> list[float]:
 def figures_of(pairs: list[Any], verdicts: list[Any]) -> dict[str, Any]:
     scored = score_verdicts(pairs, verdicts)
     return {
-        "accuracy": round(scored["accuracy"], 4),
+        "accuracy": scored["accuracy"],
         "image_flaws": scored["per_evidence"].get("image"),
         "text_flaws": scored["per_evidence"].get("text"),
-        "consistency": round(scored["consistency"], 4),
+        "consistency": scored["consistency"],
         "per_kind": scored["per_kind"],
     }
 
@@ -150,7 +149,7 @@ def first_last(logs: list[dict[str, Any]], key: str) -> tuple[float | None, floa
     if not values:
         return None, None
     k = max(1, len(values) // 5)
-    return round(sum(values[:k]) / k, 4), round(sum(values[-k:]) / k, 4)
+    return sum(values[:k]) / k, sum(values[-k:]) / k
 
 
 def time_budget(seconds: float) -> Any:
@@ -169,8 +168,8 @@ def time_budget(seconds: float) -> Any:
 
 
 def train_grpo(recipe: TinyJudgeRecipe, args: argparse.Namespace, sft: Path, pool: Path, out: Path, seed: int) -> dict:
-    from training.common import run_recipe
     from training.grpo import build_grpo_trainer
+    from training.recipe import run_recipe
 
     given = {
         "max_steps": args.grpo_max_steps,
@@ -193,7 +192,7 @@ def train_grpo(recipe: TinyJudgeRecipe, args: argparse.Namespace, sft: Path, poo
 
 
 def train_sft_more(recipe: TinyJudgeRecipe, args: argparse.Namespace, sft: Path, data: Path, out: Path, seconds: float):
-    from training.common import run_recipe
+    from training.recipe import run_recipe
     from training.sft import build_sft_trainer
 
     config = recipe.sft_config(
@@ -262,9 +261,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs.append(run)
         print(f"grpo seed {seed}: {grpo_figures[-1]} in {run['wall_s']:.0f} s", file=sys.stderr)
     mean = {  # a flaw share is None where the report set has no such pair
-        key: round(sum(values) / len(values), 4)
-        if (values := [f[key] for f in grpo_figures if f[key] is not None])
-        else None
+        key: sum(values) / len(values) if (values := [f[key] for f in grpo_figures if f[key] is not None]) else None
         for key in ("accuracy", "image_flaws", "text_flaws", "consistency")
     }
     arms["grpo"] = mean
@@ -281,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     def seed_mean(pairs: list[tuple[float | None, float | None]], end: int) -> float | None:
         values = [p[end] for p in pairs if p[end] is not None]
-        return round(sum(values) / len(values), 4) if values else None
+        return sum(values) / len(values) if values else None
 
     result = {
         "benchmark": "judge_grpo_gain",
@@ -290,10 +287,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "heldout_grpo": arms["grpo"]["accuracy"],
         "heldout_sft_more": more_accuracy,
         "heldout_grpo_per_seed": [f["accuracy"] for f in grpo_figures],
-        "grpo_gain": round(arms["grpo"]["accuracy"] - arms["sft"]["accuracy"], 4),
+        "grpo_gain": arms["grpo"]["accuracy"] - arms["sft"]["accuracy"],
         "grpo_gain_ci95_low": low,
         "grpo_gain_ci95_high": high,
-        "grpo_vs_sft_more": None if more_accuracy is None else round(arms["grpo"]["accuracy"] - more_accuracy, 4),
+        "grpo_vs_sft_more": None if more_accuracy is None else arms["grpo"]["accuracy"] - more_accuracy,
         **{f"image_flaws_{arm}": arms[arm]["image_flaws"] for arm in arms},
         **{f"text_flaws_{arm}": arms[arm]["text_flaws"] for arm in arms},
         **{f"consistency_{arm}": arms[arm]["consistency"] for arm in arms},
@@ -303,16 +300,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "entropy_last": seed_mean(entropy, 1),
         "pool": pool,
         "report_pairs": len(report),
-        "image_share_report": round(sum(evidence_of(p.meta["flaw"]) == "image" for p in report) / len(report), 4),
+        "image_share_report": sum(evidence_of(p.meta["flaw"]) == "image" for p in report) / len(report),
         "seeds": seeds,
-        "grpo": {**runs[0]["settings"], "train_s": round(grpo_s, 1)},
+        "grpo": {**runs[0]["settings"], "train_s": grpo_s},
         "sft_more": {
             "learning_rate": args.sft_more_learning_rate,
             "steps": more["steps"],
-            "train_s": round(more["wall_s"], 1),
+            "train_s": more["wall_s"],
         },
-        "wall_s": round(time.perf_counter() - began, 1),
+        "wall_s": time.perf_counter() - began,
     }
+    result = rounded(result)
     (out / "history.json").write_text(json.dumps({"grpo": [r["logs"] for r in runs], "sft_more": more["logs"]}))
     plot(
         out / "gain.png",
@@ -323,7 +321,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     training_curves(out / "curves.png", sft=more["logs"] or None, grpo=runs[0]["logs"])
     (out / "result.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps(result))
+    emit(result)
     return result
 
 

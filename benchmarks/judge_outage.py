@@ -2,8 +2,8 @@
 
 Each scenario is a real TRL GRPO run (`training.policy.build_policy_trainer`: TRL's `GRPOTrainer` with the
 judge reward over HTTP, `AsyncHttpJudgeReward`) of a tiny text policy from `tiny_world.model`'s factory on the
-synthetic world's prompts (8 completions a step: 2 prompts x 4). The judge is the instant rule judge of
-`benchmarks/server_load.py`, served by `reward_server.run.run_server` (what `mrjudge serve` runs) in
+synthetic world's prompts (8 completions a step: 2 prompts x 4). The judge is the instant rule judge
+(`tiny_world.rule_judge`), served by `reward_server.run.run_server` (what `mrjudge serve` runs) in
 subprocesses, one per replica:
 
 - `two_replicas`: `reward.url` names two servers. Replica 0 is killed with SIGKILL at the end of step
@@ -19,8 +19,8 @@ steps and is not a step's time). A SIGKILLed process refuses connections at once
 add is the reward's back-offs: `retry_bound_s` = sum over the retries of min(1.5 x backoff_s x 2^i,
 max_backoff_s) (`RetryPolicy.max_wait_s`); the documented bound of a step is that plus one ordinary step.
 
-    python benchmarks/judge_outage.py [--max-steps 10] [--kill-at 2] [--restart-at 5]
-    python benchmarks/judge_outage.py --scenarios one_replica
+    python -m benchmarks.judge_outage [--max-steps 10] [--kill-at 2] [--restart-at 5]
+    python -m benchmarks.judge_outage --scenarios one_replica
 
 Run time: 38 s on 2 shared cores (load average 1-3): each replica start takes ~5 s (the server's warm-up
 imports transformers' image code), the 10 steps under a second each.
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -55,12 +54,8 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from judge.loopback import free_port  # noqa: E402
-from judge.reward.wire import RetryPolicy  # noqa: E402
+from benchmarks.kit import ROOT, emit, free_port, start_server, stop_server
+from judge.reward.wire import RetryPolicy
 
 RETRY = RetryPolicy(max_retries=2, backoff_s=0.25, max_backoff_s=1.0, timeout_s=10.0)
 """The reward's retries in both runs: a group whose server is gone waits at most `RETRY.max_wait_s()`."""
@@ -73,46 +68,30 @@ COMPLETIONS_PER_STEP = 8
 
 def serve(port: int) -> None:
     """One replica, as `mrjudge serve` runs a judge (run_server: uvicorn, SIGTERM drain, log summaries)."""
-    from benchmarks.server_load import InstantRuleBackend
     from judge.judging import Judge, JudgeConfig
     from reward_server import ServerConfig, create_app
     from reward_server.run import run_server
+    from tiny_world.rule_judge import RuleJudgeBackend
 
     config = ServerConfig(port=port, shutdown_grace_s=3.0)
-    judge = Judge(InstantRuleBackend(), JudgeConfig(orders=2, batch_size=64))
+    judge = Judge(RuleJudgeBackend(), JudgeConfig(orders=2, batch_size=64))
     run_server(create_app(judge, config), config, log_level="warning")
 
 
 class Replica:
     """A reward server in a subprocess on a fixed port, that can be killed and started again there."""
 
-    def __init__(self, port: int, log_dir: Path) -> None:
+    def __init__(self, port: int) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self.log_dir = log_dir
         self.process: subprocess.Popen | None = None
-        self.starts = 0
 
     def start(self, timeout_s: float = 120.0) -> float:
         """Start it and wait for `/health`; returns the seconds that took."""
         begin = time.perf_counter()
-        self.starts += 1
-        log = open(self.log_dir / f"replica-{self.port}-{self.starts}.log", "wb")  # a file: never an undrained pipe
-        command = [sys.executable, str(Path(__file__).resolve()), "--serve", str(self.port)]
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log)
-        log.close()
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"replica on port {self.port} exited: see {self.log_dir}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return time.perf_counter() - begin
-            except httpx.TransportError:
-                pass
-            if time.perf_counter() - begin > timeout_s:
-                self.process.kill()
-                raise RuntimeError(f"replica on port {self.port} did not come up")
-            time.sleep(0.1)
+        command = [sys.executable, "-m", "benchmarks.judge_outage", "--serve", str(self.port)]
+        self.process = start_server(command, port=self.port, timeout_s=timeout_s)
+        return time.perf_counter() - begin
 
     def kill(self) -> None:
         """SIGKILL: no drain, no goodbye; connections in flight are reset, new ones refused."""
@@ -127,12 +106,8 @@ class Replica:
         return int(float(match.group(1))) if match else 0
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        if self.process is not None:
+            stop_server(self.process, timeout_s=30)
 
 
 # -- one run ---------------------------------------------------------------------------------------------------
@@ -180,13 +155,13 @@ def run_scenario(
     """One GRPO run of `max_steps` with replica 0 killed after step `kill_at` and back after `restart_at`."""
     from transformers import PrinterCallback
 
-    from training.common import load_config
+    from training.config import load_config
     from training.policy import JudgePolicyGRPOConfig, build_policy_trainer
 
     if not 0 < kill_at < restart_at < max_steps:
         raise ValueError(f"need 0 < kill_at ({kill_at}) < restart_at ({restart_at}) < max_steps ({max_steps})")
     n = 2 if scenario == "two_replicas" else 1
-    replicas = [Replica(free_port(), out) for _ in range(n)]
+    replicas = [Replica(free_port()) for _ in range(n)]
     begin = time.perf_counter()
     try:
         for replica in replicas:
@@ -238,20 +213,20 @@ def run_scenario(
             failed[s] == 0.0 and unscored[s] == 0.0 and means[s] is not None and math.isfinite(means[s]) for s in after
         ),  # fmt: skip
         "failed_frac_by_step": [failed[s] for s in steps],
-        "step_s": [round(outage.step_s[s], 3) for s in steps],
-        "max_step_s_during_outage": round(max(inside), 3),
-        "max_step_s_outside_outage": round(max(outside), 3),
-        "retry_bound_s": round(RETRY.max_wait_s(), 3),
+        "step_s": [outage.step_s[s] for s in steps],
+        "max_step_s_during_outage": max(inside),
+        "max_step_s_outside_outage": max(outside),
+        "retry_bound_s": RETRY.max_wait_s(),
         "within_bound": max(inside) <= RETRY.max_wait_s() + max(outside),
-        "restart_s": round(outage.restart_s or float("nan"), 2),
+        "restart_s": outage.restart_s or float("nan"),
         "requests_per_replica": list(reward.replicas.sent),
         "restarted_replica_answered": restarted_answered,
-        "seconds": round(time.perf_counter() - begin, 1),
+        "seconds": time.perf_counter() - begin,
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.judge_outage", description=__doc__.splitlines()[0])
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--kill-at", type=int, default=2)
     parser.add_argument("--restart-at", type=int, default=5)
@@ -288,7 +263,7 @@ def main() -> None:
                 scenario, policy, world, out, max_steps=args.max_steps, kill_at=args.kill_at,
                 restart_at=args.restart_at, cooloff_s=args.cooloff_s,
             )  # fmt: skip
-    print(json.dumps(result))
+    emit(result, digits=3)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ like: transformers batched (`--batch-size` items per `generate`), transformers o
 `vllm serve` (started from the vLLM venv, see `scripts/vllm_env.sh`) reached through the OpenAI-compatible
 backend with every request in flight at once, which is how synthesis and evaluation use it.
 
-Equal work (`benchmarks/equal_work.py`): every call on every engine generates exactly `--max-new-tokens`
+Equal work (`benchmarks.equal_work`): every call on every engine generates exactly `--max-new-tokens`
 tokens (transformers `min_new_tokens`, vLLM `min_tokens` + `ignore_eos`), and the tokens each engine
 generated are counted (transformers: its `generate` outputs; vLLM: its `/metrics` counter) and reported
 with tokens/s. Without that a random judge stops wherever it writes EOS, and the sides do unequal work.
@@ -17,8 +17,8 @@ with tokens/s. Without that a random judge stops wherever it writes EOS, and the
   pixel range; `--image-size` sets the picture side. Run it where a CUDA build of vLLM is installed
   (`--vllm VENV_OR_COMMAND`, default: the vLLM venv of this checkout, else `vllm` on PATH).
 
-    python benchmarks/judge_throughput.py [--items 32] [--max-new-tokens 64] [--size tiny32]
-    python benchmarks/judge_throughput.py --shape qwen2.5-vl-7b --items 256 --image-size 448 --batch-size 32
+    python -m benchmarks.judge_throughput [--items 32] [--max-new-tokens 64] [--size tiny32]
+    python -m benchmarks.judge_throughput --shape qwen2.5-vl-7b --items 256 --image-size 448 --batch-size 32
 
 Run time: the bare run took 41 s for its two transformers columns under load (7 agents on 2 cores), with no vLLM
 venv built for the current pins; the vLLM column adds `vllm serve`'s start-up and its 64 requests (not timed).
@@ -46,16 +46,13 @@ from typing import Any
 import torch
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python benchmarks/judge_throughput.py` puts benchmarks/ first, not the root
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter, vllm_extra_body, vllm_generation_tokens  # noqa: E402
-from judge.backends.hf import TransformersBackend  # noqa: E402
-from judge.judging import Judge, JudgeConfig  # noqa: E402
-from judge.models import LoadedModel, load_model, load_processor  # noqa: E402
-from judge.types import MCItem  # noqa: E402
-from tiny_world.model import build_tiny_model  # noqa: E402
+from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter, vllm_extra_body, vllm_generation_tokens
+from benchmarks.kit import emit
+from judge.backends.hf import TransformersBackend
+from judge.judging import Judge, JudgeConfig
+from judge.models import LoadedModel, load_model, load_processor
+from judge.types import MCItem
+from tiny_world.model import build_tiny_model
 
 # Qwen2.5-VL-7B-Instruct's config.json (text and vision towers), for `--shape qwen2.5-vl-7b`.
 QWEN2_5_VL_7B = dict(
@@ -222,7 +219,7 @@ def vllm_rate(folder: Path, items: list[MCItem], config: dict, args, log: Path) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.judge_throughput", description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=8, help="items per batch in the batched transformers run")
@@ -282,18 +279,18 @@ def main() -> None:
         "batch_items": args.batch_size,
         "equal_work": FORCED_LENGTH,
         "expected_tokens": expected,
-        "hf_batched_items_per_s": round(hf_batched.items_per_s, 3),
-        "hf_single_items_per_s": round(hf_single.items_per_s, 3),
-        "vllm_items_per_s": None if vllm is None else round(vllm.items_per_s, 3),
+        "hf_batched_items_per_s": hf_batched.items_per_s,
+        "hf_single_items_per_s": hf_single.items_per_s,
+        "vllm_items_per_s": None if vllm is None else vllm.items_per_s,
         "hf_batched_tokens": hf_batched.tokens,
         "hf_single_tokens": hf_single.tokens,
         "vllm_tokens": None if vllm is None else vllm.tokens,
-        "hf_batched_tokens_per_s": round(hf_batched.tokens_per_s, 1),
-        "hf_single_tokens_per_s": round(hf_single.tokens_per_s, 1),
-        "vllm_tokens_per_s": None if vllm is None else round(vllm.tokens_per_s, 1),
+        "hf_batched_tokens_per_s": hf_batched.tokens_per_s,
+        "hf_single_tokens_per_s": hf_single.tokens_per_s,
+        "vllm_tokens_per_s": None if vllm is None else vllm.tokens_per_s,
         "tokens_equal": all(r.tokens == expected for r in (hf_batched, hf_single, vllm) if r is not None),
-        "batched_speedup": round(hf_batched.tokens_per_s / hf_single.tokens_per_s, 2),
-        "vllm_speedup_over_hf_batched": None if vllm is None else round(vllm.tokens_per_s / hf_batched.tokens_per_s, 2),
+        "batched_speedup": hf_batched.tokens_per_s / hf_single.tokens_per_s,
+        "vllm_speedup_over_hf_batched": None if vllm is None else vllm.tokens_per_s / hf_batched.tokens_per_s,
     }
     if device == "cpu" and vllm is not None:
         row["vllm_cpu_threads"] = "1 (vLLM's CPU engine binds one core and leaves one for its API server)"
@@ -301,7 +298,7 @@ def main() -> None:
         row["vllm_error"] = vllm_error
     if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         row["vllm_cpu_kvcache_gib"] = os.environ["VLLM_CPU_KVCACHE_SPACE"]
-    print(json.dumps(row))
+    emit(row, digits=3)
 
 
 if __name__ == "__main__":

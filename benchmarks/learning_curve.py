@@ -5,7 +5,7 @@ warm-up SFT (TRL SFTTrainer) → judge GRPO (TRL GRPOTrainer) on a judge from th
 then a held-out synthetic *pairwise* set judged in both display orders — before training, after SFT,
 and after GRPO. Prints one JSON line; saves loss and reward curves as PNG beside `--out`.
 
-    python benchmarks/learning_curve.py --out runs/learning_curve
+    python -m benchmarks.learning_curve --out runs/learning_curve
 
 Run time: 689 s on 2 quiet CPU cores at the defaults, 666 s with `--seed 1` (docs/learning.md).
 
@@ -36,6 +36,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kit import emit
 from eval.plots import training_curves
 from tiny_world.heldout import heldout_pairs, score_verdicts
 from tiny_world.recipe import RENAMED, History, TinyJudgeRecipe, vision_sensitivity
@@ -52,7 +53,7 @@ def evaluate(recipe: TinyJudgeRecipe, model_dir: Path, items: list[Any], image_r
 
 def parse_recipe(argv: list[str] | None = None) -> tuple[argparse.Namespace, TinyJudgeRecipe]:
     """The benchmark's flags: `--out`, `--heldout-n`, and the recipe's fields (defaults and help from it)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.learning_curve", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/learning_curve"))
     parser.add_argument("--heldout-n", type=int, default=200, help="held-out pairs from the validation split")
     parser.add_argument("--size", dest="judge_size", default=RECIPE.judge_size, help=HELP["judge_size"])
@@ -141,13 +142,13 @@ def main() -> None:
         "kinds": sorted(recipe.kinds),
         "shaded": recipe.shaded,
         "heldout_items": len(heldout),
-        "heldout_accuracy": round(final["accuracy"], 4),
-        "order_consistency": round(final["consistency"], 4),
-        "sft_accuracy": round(after_sft["accuracy"], 4),
-        "sft_order_consistency": round(after_sft["consistency"], 4),
-        "untrained_accuracy": round(untrained["accuracy"], 4),
+        "heldout_accuracy": final["accuracy"],
+        "order_consistency": final["consistency"],
+        "sft_accuracy": after_sft["accuracy"],
+        "sft_order_consistency": after_sft["consistency"],
+        "untrained_accuracy": untrained["accuracy"],
         "untrained_undecided": untrained["n"] - untrained["decided"],
-        "heldout_accuracy_strict": round(final["accuracy_strict"], 4),
+        "heldout_accuracy_strict": final["accuracy_strict"],
         "per_kind": final["per_kind"],
         # Image flaws need the picture: a judge that does not look at it is at chance (0.5) on them.
         "per_evidence": {
@@ -156,7 +157,7 @@ def main() -> None:
             "final": final["per_evidence"],
         },
         "per_flaw": final["per_flaw"],
-        "call_accuracy": round(final["call_accuracy"], 4),
+        "call_accuracy": final["call_accuracy"],
         "unparsed_calls": final["unparsed_calls"],
         "vision_warmup_steps": warmup["steps"],
         # The warm-up heads' token accuracies on its last batch (kind, colour, size, cell).
@@ -167,10 +168,10 @@ def main() -> None:
         "vision_frozen": warmup["frozen"],
         "sft_steps": recipe.sft_max_steps,
         "grpo_steps": recipe.grpo_max_steps,
-        "sft_s": round(sft_s, 1),
-        "grpo_s": round(grpo_s, 1),
+        "sft_s": sft_s,
+        "grpo_s": grpo_s,
         "train_items": data["items"],
-        "wall_s": round(time.perf_counter() - start, 1),
+        "wall_s": time.perf_counter() - start,
         # Relative change of the image features when one shape changes colour, kind or size: near 0 means
         # the vision tower has collapsed to a constant and only text-visible flaws can be decided.
         "vision_sensitivity": {
@@ -179,7 +180,7 @@ def main() -> None:
         },
         "curves": str(out / "learning_curve.png"),
     }
-    print(json.dumps(result))
+    emit(result)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Concurrent multi-policy GRPO vs the same policies one after another: wall time, peak memory, curves.
 
-    python benchmarks/multi_policy.py    # CPU, tiny text LM, P = 1, 2, 4: 197 s on 2 quiet cores (docs/multi-policy.md)
-    python benchmarks/multi_policy.py --device cuda --size small --steps 8 --completion-length 64
+    python -m benchmarks.multi_policy    # CPU, tiny text LM, P = 1, 2, 4: 197 s on 2 quiet cores (docs/multi-policy.md)
+    python -m benchmarks.multi_policy --device cuda --size small --steps 8 --completion-length 64
 
 Prints one JSON line. For each P, two variants train the same P policies (each its own prompts, seed and
 adapter) for `--steps` GRPO steps each over one tiny text LM (`tiny_world.model`, built here, nothing downloaded):
@@ -33,19 +33,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python benchmarks/X.py` puts benchmarks/ first, not the root
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.workers import run_worker  # noqa: E402
+from benchmarks.kit import cpu_seconds, emit, peak_rss_mib, reset_peak_rss, rss_mib
+from benchmarks.workers import run_worker
 
 WORDS = ["red", "blue", "green", "square", "circle", "one", "two", "three", "left", "right", "top", "bottom"]
 
@@ -56,10 +51,6 @@ def length_reward(completions: list[Any], **kwargs: Any) -> list[float]:
 
 
 # -- one variant, in its own process -----------------------------------------------------------------------
-
-
-def _rss_mib(field: str) -> float:
-    return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -93,14 +84,15 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated() / 2**20
     else:
-        Path("/proc/self/clear_refs").write_text("5")
-        before = _rss_mib("VmRSS")
-    started, cpu_started = time.perf_counter(), time.process_time()
+        if not reset_peak_rss():
+            raise RuntimeError("/proc/self/clear_refs refused: the peak would include the set-up")
+        before = rss_mib()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     status = trainer.train()
     if cuda:
         torch.cuda.synchronize()
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else _rss_mib("VmHWM")
+    wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_rss_mib()
     return {
         "ok": all(p["status"] == "done" for p in status["policies"].values()),
         "wall_s": wall,
@@ -116,10 +108,13 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 VARIANTS = ("concurrent", "sequential")
+SHOWN = ("ok", "wall_s", "walls_s", "median_wall_s", "cpu_s", "peak_mib", "train_peak_mib", "curves_agree", "errors",
+         "stderr")  # fmt: skip
+"""What the JSON line shows of each variant's runs (not their curves)."""
 
 
 def spawn(spec: dict[str, Any], timeout: float, mmap_threshold: int | None = None) -> dict[str, Any]:
-    return run_worker(__file__, spec, timeout, mmap_threshold=mmap_threshold)
+    return run_worker("benchmarks.multi_policy", spec, timeout, mmap_threshold=mmap_threshold)
 
 
 def measure(
@@ -152,7 +147,7 @@ def measure(
             best.setdefault("stderr", next((r["stderr"] for r in everything if r.get("stderr")), None))
             continue
         best["cpu_s"] = min(r["cpu_s"] for r in runs)
-        best["walls_s"] = [round(r["wall_s"], 3) for r in runs]
+        best["walls_s"] = [r["wall_s"] for r in runs]
         best["median_wall_s"] = statistics.median(r["wall_s"] for r in runs)
         peaks = [memory] if memory else runs
         for key in ("peak_mib", "train_peak_mib"):
@@ -188,7 +183,7 @@ def write_prompts(folder: Path, count: int, prompts: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.multi_policy", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--size", default="tiny", help="tiny_world.model size of the text LM (tiny, small, medium)")
     parser.add_argument("--policies", default="1,2,4", help="P values")
@@ -244,17 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         c, s = results[count]["concurrent"], results[count]["sequential"]
         if not (c.get("ok") and s.get("ok")):
             return None
-        return round(s[key] / c[key], 3) if inverse else round(c[key] / s[key], 3)
+        return s[key] / c[key] if inverse else c[key] / s[key]
 
     record: dict[str, Any] = {"benchmark": "multi_policy", "device": args.device, "size": args.size}
     for count in counts:
         c, s = results[count]["concurrent"], results[count]["sequential"]
         record[f"p{count}"] = {
-            variant: {k: (round(r[k], 3) if isinstance(r.get(k), float) else r.get(k))
-                      for k in ("ok", "wall_s", "walls_s", "median_wall_s", "cpu_s", "peak_mib", "train_peak_mib", "curves_agree", "errors",
-                                "stderr") if k in r}
-            for variant, r in (("concurrent", c), ("sequential", s))
-        }  # fmt: skip
+            variant: {k: r[k] for k in SHOWN if k in r} for variant, r in (("concurrent", c), ("sequential", s))
+        }
         record[f"wall_ratio_p{count}"] = ratio(count, "wall_s", inverse=True)
         record[f"median_wall_ratio_p{count}"] = ratio(count, "median_wall_s", inverse=True)
         record[f"cpu_ratio_p{count}"] = ratio(count, "cpu_s", inverse=True)
@@ -271,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     record.update(
         steps=args.steps, rows_per_policy_step=args.prompts_per_step * args.group,
         completion_length=args.completion_length, forward_batch_rows=args.forward_batch_rows,
-        threads=args.threads, repeats=args.repeats, wall_s=round(time.perf_counter() - began, 1),
+        threads=args.threads, repeats=args.repeats, wall_s=time.perf_counter() - began,
     )  # fmt: skip
-    print(json.dumps(record), flush=True)
+    emit(record, digits=3)
     return 0
 
 

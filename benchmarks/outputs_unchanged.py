@@ -5,8 +5,10 @@ Runs each command on fixed inputs (the synthetic world, a seeded tiny judge, the
 Timing fields (`*_s`, `seconds`, dates), absolute paths and loopback ports are the only things taken out before
 hashing JSON, because they differ from run to run by design; JSONL, Parquet and Markdown are hashed as they are.
 
-    PYTHONPATH=<tree> python benchmarks/outputs_unchanged.py --out /tmp/outs-after      # one tree's hashes
-    python benchmarks/outputs_unchanged.py --compare base.json /tmp/outs-after/hashes.json
+    cd <tree> && python -m benchmarks.outputs_unchanged --out /tmp/outs-after      # one tree's hashes
+    python -m benchmarks.outputs_unchanged --compare base.json /tmp/outs-after/hashes.json
+
+(`-m` puts the folder it runs from first on the path: run it from the root of the tree whose code it measures.)
 
 Run it once on the tree before the change and once after; `--compare` prints one JSON line with
 `identical` and the files that differ or exist on one side only. A run took 15 s (12.8 s in the commands)
@@ -24,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.kit import emit
 
 VOLATILE = re.compile(r"(_s|_seconds|seconds|_at|started|finished|time|date|elapsed|wall|host|pid|version)$")
 SKIP_SUFFIXES = {".png", ".log"}  # plots embed renderer metadata; logs carry times
@@ -140,13 +144,15 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.outputs_unchanged", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--out", type=Path, help="fresh folder to run the commands in (removed first)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="two hashes.json files")
     args = parser.parse_args(argv)
     if args.compare:
         result = compare(*(json.loads(p.read_text()) for p in args.compare))
-        print(json.dumps(result))
+        emit(result)
         return 0 if result["identical"] else 1
     if args.out is None:
         parser.error("give --out DIR (to run) or --compare BEFORE AFTER")
@@ -155,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     codes = run_all(args.out)
     record = {"codes": codes, "files": hash_tree(args.out)}
     (args.out / "hashes.json").write_text(json.dumps(record, indent=1, sort_keys=True))
-    print(json.dumps({"benchmark": "outputs_unchanged", "files": len(record["files"]), "codes": codes,
-                      "wall_s": round(time.perf_counter() - start, 1)}))  # fmt: skip
+    emit({"benchmark": "outputs_unchanged", "files": len(record["files"]), "codes": codes,
+          "wall_s": time.perf_counter() - start}, digits=1)  # fmt: skip
     return 0
 
 

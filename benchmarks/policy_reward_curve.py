@@ -1,6 +1,6 @@
 """Does the judge's reward teach a policy? Policy GRPO on 2 CPU cores, rewarded by a tiny judge in process.
 
-    python benchmarks/policy_reward_curve.py --out runs/policy_reward_curve
+    python -m benchmarks.policy_reward_curve --out runs/policy_reward_curve
 
 Everything is built here from the synthetic world in about three minutes (one thread), with no download; the
 bare run took 172 s on 2 CPU cores (docs/policy.md):
@@ -39,11 +39,14 @@ import json
 import random
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
+from benchmarks.kit import rounded
 from eval.plots import reward_curve
 from judge.prompt import PromptConfig, build_messages
 from tiny_world.heldout import mean_reward, reward_choice, score_choices
@@ -173,20 +176,7 @@ def judge_accuracy(reward: Any, rows: list[dict[str, Any]], world: Path, flawed:
     return score_choices({"choice": reward_choice(r), "label": 0} for r in rewards)["accuracy"]
 
 
-def heldout_reward(policy: Path, reward: Any, rows: list[dict[str, Any]], world: Path, args: argparse.Namespace):
-    """Mean judge reward and the share of each answer form, of sampled completions on questions the policy never
-    trained on."""
-    samples = judge_samples(
-        policy, reward, rows, world, samples=args.samples, max_new_tokens=args.max_completion_length, seed=args.seed
-    )
-    forms = [answer_form(s["kind"], s["completion"]) for s in samples]
-    shares = {form: forms.count(form) / len(forms) for form in ("complete", "incomplete", "other")}
-    kept = [{"question": s["question"], "completion": s["completion"], "form": f, "reward": s["reward"]}
-            for s, f in zip(samples, forms)]  # fmt: skip
-    return mean_reward(s["reward"] for s in samples), shares, kept
-
-
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/policy_reward_curve"))
     parser.add_argument("--world-n", type=int, default=800, help="world items drawn (4 of every 5 kinds are used)")
@@ -207,52 +197,56 @@ def main() -> None:
     parser.add_argument("--judge-max-new-tokens", type=int, default=28, help="the longest trace is 24 tokens")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
-    import torch
 
+class Heldout(NamedTuple):
+    """Sampled completions on the held-out questions, judged: the mean reward, each answer form's share, and the
+    samples themselves."""
+
+    reward: float
+    forms: dict[str, float]
+    samples: list[dict[str, Any]]
+
+
+def heldout_reward(
+    policy: Path, reward: Any, rows: list[dict[str, Any]], world: Path, args: argparse.Namespace
+) -> Heldout:
+    """Mean judge reward and the share of each answer form, of sampled completions on questions the policy never
+    trained on."""
+    samples = judge_samples(
+        policy, reward, rows, world, samples=args.samples, max_new_tokens=args.max_completion_length, seed=args.seed
+    )
+    forms = [answer_form(s["kind"], s["completion"]) for s in samples]
+    shares = {form: forms.count(form) / len(forms) for form in ("complete", "incomplete", "other")}
+    kept = [{"question": s["question"], "completion": s["completion"], "form": f, "reward": s["reward"]}
+            for s, f in zip(samples, forms)]  # fmt: skip
+    return Heldout(mean_reward(s["reward"] for s in samples), shares, kept)
+
+
+@contextmanager
+def timed(seconds: dict[str, float], key: str) -> Iterator[None]:
+    """`seconds[key]`: the wall time of the block, to a tenth of a second."""
+    began = time.perf_counter()
+    yield
+    seconds[key] = round(time.perf_counter() - began, 1)
+
+
+def judge_reward(judge: Path, args: argparse.Namespace) -> Any:
+    """The trained judge in process, pairwise against the reference answer in both display orders."""
     from judge.judging import JudgeConfig
     from judge.reward.trl.local import InProcessJudgeReward
-    from tiny_world.model import build_tiny_model
-    from training.policy import JudgePolicyGRPOConfig, run_policy
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    start = time.perf_counter()
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    data = make_data(out, args)
-    world, heldout = data["world"], data["heldout"]
-    histories = {"judge_sft": History(), "policy_sft": History(), "grpo": History()}
-
-    judge_base = build_tiny_model(out / "judge-untrained", size="tiny", seed=args.seed)
-    policy_base = build_tiny_model(out / "policy-untrained", size="tiny", seed=args.seed + 1)
-    stage = time.perf_counter()
-    sft(judge_base, world / "judge_sft.jsonl", out / "judge", args.judge_sft_steps, args, histories["judge_sft"])
-    judge_sft_s = time.perf_counter() - stage
     judge_config = JudgeConfig(orders=2, max_new_tokens=args.judge_max_new_tokens, batch_size=32, prompt=COMPACT_PROMPT)
-    reward = InProcessJudgeReward(
-        str(out / "judge"),
-        judge_config=judge_config,
-        mode="pairwise",
-        reference_column="answer",
-        backend_kwargs={"device": "cpu", "max_batch_size": 64},
-    )
-    accuracy = {flawed: judge_accuracy(reward, heldout, world, flawed) for flawed in ("incomplete", "malformed")}
+    return InProcessJudgeReward(str(judge), judge_config=judge_config, mode="pairwise", reference_column="answer",
+                                backend_kwargs={"device": "cpu", "max_batch_size": 64})  # fmt: skip
 
-    stage = time.perf_counter()
-    sft(
-        policy_base,
-        world / "policy_sft.jsonl",
-        out / "policy-sft",
-        args.policy_sft_steps,
-        args,
-        histories["policy_sft"],
-    )
-    policy_sft_s = time.perf_counter() - stage
-    before, forms_before, samples_before = heldout_reward(out / "policy-sft", reward, heldout, world, args)
 
-    config = JudgePolicyGRPOConfig(
+def grpo_config(out: Path, world: Path, args: argparse.Namespace) -> Any:
+    """The policy's GRPO from its SFT start on the world's prompts, rewarded by the judge in process."""
+    from training.policy import JudgePolicyGRPOConfig
+
+    return JudgePolicyGRPOConfig(
         model_name_or_path=str(out / "policy-sft"),
         train_file=str(world / "prompts.jsonl"),
         output_dir=str(out / "policy-grpo"),
@@ -278,51 +272,90 @@ def main() -> None:
         seed=args.seed,
         disable_tqdm=True,
     )
-    stage = time.perf_counter()
-    run_policy(config, callbacks=[histories["grpo"].callback()])
-    grpo_s = time.perf_counter() - stage
-    after, forms_after, samples_after = heldout_reward(out / "policy-grpo", reward, heldout, world, args)
 
-    curve = [r["reward"] for r in histories["grpo"].logs if "reward" in r]
-    reward_curve(
-        out / "policy_reward_curve.png",
-        histories["grpo"].logs,
-        before=before,
-        after=after,
-        xlabel="GRPO step",
-        window=10,
-        ylim=(0, 0.7),
-        legend_loc="lower right",
-    )
+
+def save_curves(out: Path, histories: dict[str, History], before: Heldout, after: Heldout) -> None:
+    """The GRPO reward curve as PNG, every stage's logs, and the held-out samples before and after."""
+    reward_curve(out / "policy_reward_curve.png", histories["grpo"].logs, before=before.reward, after=after.reward,
+                 xlabel="GRPO step", window=10, ylim=(0, 0.7), legend_loc="lower right")  # fmt: skip
     (out / "history.json").write_text(json.dumps({k: h.logs for k, h in histories.items()}))
-    (out / "heldout_samples.json").write_text(json.dumps({"before": samples_before, "after": samples_after}, indent=1))
+    (out / "heldout_samples.json").write_text(json.dumps({"before": before.samples, "after": after.samples}, indent=1))
+
+
+def figures(args: argparse.Namespace, accuracy: dict[str, float], questions: int, before: Heldout, after: Heldout,
+            curve: list[float]) -> dict[str, Any]:  # fmt: skip
+    """The JSON line's figures: the judge and the policy, their held-out measures (to 4 decimals), the training
+    reward's first and last tenth, and the GRPO settings."""
     tenth = max(1, len(curve) // 10)
-    result = {
+    measured = {
         "benchmark": "policy_reward_curve",
         "judge": f"tiny Qwen2.5-VL, {args.judge_sft_steps} SFT steps on world pairs (complete vs incomplete / "
         "malformed); in process, pairwise vs the reference answer, 2 display orders",
         "policy": f"tiny Qwen2.5-VL, {args.policy_sft_steps} SFT steps on world answers "
         f"({args.complete_share:.0%} complete)",
-        "judge_heldout_accuracy": {f"complete_vs_{k}": round(v, 4) for k, v in accuracy.items()},
-        "heldout_questions": len(heldout),
+        "judge_heldout_accuracy": {f"complete_vs_{k}": v for k, v in accuracy.items()},
+        "heldout_questions": questions,
         "samples_per_question": args.samples,
-        "reward_before": round(before, 4),
-        "reward_after": round(after, 4),
-        "forms_before": {k: round(v, 4) for k, v in forms_before.items()},
-        "forms_after": {k: round(v, 4) for k, v in forms_after.items()},
-        "train_reward_first_10pct": round(sum(curve[:tenth]) / tenth, 4),
-        "train_reward_last_10pct": round(sum(curve[-tenth:]) / tenth, 4),
+        "reward_before": before.reward,
+        "reward_after": after.reward,
+        "forms_before": before.forms,
+        "forms_after": after.forms,
+        "train_reward_first_10pct": sum(curve[:tenth]) / tenth,
+        "train_reward_last_10pct": sum(curve[-tenth:]) / tenth,
+    }
+    return {
+        **rounded(measured, 4),
         "steps": len(curve),
         "grpo_lr": args.grpo_lr,
         "beta": args.beta,
         "batch": f"{args.batch_size // args.num_generations} prompts × {args.num_generations} completions",
-        "judge_sft_s": round(judge_sft_s, 1),
-        "policy_sft_s": round(policy_sft_s, 1),
-        "grpo_s": round(grpo_s, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+
+    import torch
+
+    from tiny_world.model import build_tiny_model
+    from training.policy import run_policy
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    data = make_data(out, args)
+    world, heldout = data["world"], data["heldout"]
+    histories = {"judge_sft": History(), "policy_sft": History(), "grpo": History()}
+    seconds: dict[str, float] = {}
+    judge_base = build_tiny_model(out / "judge-untrained", size="tiny", seed=args.seed)
+    policy_base = build_tiny_model(out / "policy-untrained", size="tiny", seed=args.seed + 1)
+
+    with timed(seconds, "judge_sft_s"):
+        sft(judge_base, world / "judge_sft.jsonl", out / "judge", args.judge_sft_steps, args, histories["judge_sft"])
+    reward = judge_reward(out / "judge", args)
+    accuracy = {flawed: judge_accuracy(reward, heldout, world, flawed) for flawed in ("incomplete", "malformed")}
+
+    with timed(seconds, "policy_sft_s"):
+        sft(policy_base, world / "policy_sft.jsonl", out / "policy-sft", args.policy_sft_steps, args,
+            histories["policy_sft"])  # fmt: skip
+    before = heldout_reward(out / "policy-sft", reward, heldout, world, args)
+
+    config = grpo_config(out, world, args)
+    with timed(seconds, "grpo_s"):
+        run_policy(config, callbacks=[histories["grpo"].callback()])
+    after = heldout_reward(out / "policy-grpo", reward, heldout, world, args)
+
+    save_curves(out, histories, before, after)
+    curve = [r["reward"] for r in histories["grpo"].logs if "reward" in r]
+    result = {
+        **figures(args, accuracy, len(heldout), before, after, curve),
+        **seconds,
         "wall_s": round(time.perf_counter() - start, 1),
         "threads": args.threads,
-        "sample_before": samples_before[0]["completion"],
-        "sample_after": samples_after[0]["completion"],
+        "sample_before": before.samples[0]["completion"],
+        "sample_after": after.samples[0]["completion"],
         "curve": str(out / "policy_reward_curve.png"),
     }
     print(json.dumps(result))

@@ -11,7 +11,7 @@ The local engine uses every core in one process (torch threads = CPUs); a Ray wo
 sets one thread per worker), so `ray2` on a 2-core machine spreads the same cores over two processes.
 On a cluster, workers are GPUs or machines and the local engine has no equivalent.
 
-    python benchmarks/ray_scaling.py [--items 256] [--batch-size 8] [--max-new-tokens 48] [--size small]
+    python -m benchmarks.ray_scaling [--items 256] [--batch-size 8] [--max-new-tokens 48] [--size small]
 
 Run time: the bare run took 313 s under load (7 agents on 2 cores, load average ~7), 186 s of it the local
 engine, whose two torch threads fared worst on the busy cores (1.4 items/s against 17.9 on a quiet machine,
@@ -26,25 +26,20 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python benchmarks/ray_scaling.py` puts benchmarks/ first, not the root
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.equal_work import force_in_folder  # noqa: E402
-from data_synthesis.pipeline import run_negatives  # noqa: E402
-from data_synthesis.world import write_world  # noqa: E402
-from jobs.executor import Executor, LocalExecutor, RayConfig, RayExecutor  # noqa: E402
-from judge.backends.spec import ModelSpec  # noqa: E402
-from tiny_world.model import build_tiny_model  # noqa: E402
+from benchmarks.equal_work import force_in_folder
+from benchmarks.kit import emit
+from data_synthesis.pipeline import run_negatives
+from data_synthesis.world import write_world
+from jobs.executor import Executor, LocalExecutor, RayConfig, RayExecutor
+from judge.backends.spec import ModelSpec
+from tiny_world.model import build_tiny_model
 
 
 class Clocked:
@@ -72,7 +67,7 @@ def timed(world: Path, out: Path, engine: Executor, **options) -> tuple[float, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ray_scaling", description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -107,7 +102,7 @@ def main() -> None:
 
         start = time.perf_counter()
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-        results["ray_init_s"] = round(time.perf_counter() - start, 2)
+        results["ray_init_s"] = time.perf_counter() - start
         engines = {
             "local": LocalExecutor(),
             "ray1": RayExecutor(RayConfig(workers=1)),
@@ -116,11 +111,11 @@ def main() -> None:
         torch.set_num_threads(args.cpus)
         for name, engine in engines.items():
             wall, steady = timed(world, folder / name, engine, **model_options)
-            results[f"{name}_items_per_s"] = round(args.items / wall, 3)
-            results[f"{name}_steady_items_per_s"] = round(steady, 3)
-            results[f"{name}_wall_s"] = round(wall, 2)
+            results[f"{name}_items_per_s"] = args.items / wall
+            results[f"{name}_steady_items_per_s"] = steady
+            results[f"{name}_wall_s"] = wall
             scene_wall, _ = timed(scene_world, folder / f"scene-{name}", engine, **scene_options)
-            results[f"scene_{name}_items_per_s"] = round(args.scene_items / scene_wall, 1)
+            results[f"scene_{name}_items_per_s"] = args.scene_items / scene_wall
         ray.shutdown()
         results["outputs_equal"] = all(
             filecmp.cmp(folder / "local" / "negatives.jsonl", folder / name / "negatives.jsonl", shallow=False)
@@ -129,9 +124,9 @@ def main() -> None:
             )
             for name in ("ray1", "ray2")
         )
-    results["ray2_over_local"] = round(results["ray2_items_per_s"] / results["local_items_per_s"], 2)
-    results["ray2_over_ray1"] = round(results["ray2_items_per_s"] / results["ray1_items_per_s"], 2)
-    results["steady_ray2_over_ray1"] = round(results["ray2_steady_items_per_s"] / results["ray1_steady_items_per_s"], 2)
+    results["ray2_over_local"] = results["ray2_items_per_s"] / results["local_items_per_s"]
+    results["ray2_over_ray1"] = results["ray2_items_per_s"] / results["ray1_items_per_s"]
+    results["steady_ray2_over_ray1"] = results["ray2_steady_items_per_s"] / results["ray1_steady_items_per_s"]
     results.update(
         model=f"{args.size} Qwen2.5-VL (random init, float32), transformers backend",
         items=args.items,
@@ -143,7 +138,7 @@ def main() -> None:
         equal_work="every call generates exactly max_new_tokens tokens (min_new_tokens in the model folder's "
         "generation_config.json, read by every worker); outputs_equal: every engine wrote the same negatives",
     )
-    print(json.dumps(results))
+    emit(results)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The reward server's added latency behind `vllm serve`: one request at a time, through the server vs. direct.
 
-One `vllm serve` (from the vLLM venv, `scripts/vllm_env.sh`; started as `benchmarks/judge_throughput.py` starts
+One `vllm serve` (from the vLLM venv, `scripts/vllm_env.sh`; started as `benchmarks.judge_throughput` starts
 it) serves the `tiny32` judge (randomly initialised tiny Qwen2.5-VL, float32 on CPU). Two clients use it:
 
 - direct: this process's `Judge` + `OpenAIBackend`, built by `mrjudge.serve_cmd.served_judge` from the same
@@ -8,8 +8,8 @@ it) serves the `tiny32` judge (randomly initialised tiny Qwen2.5-VL, float32 on 
   with `compute_rewards` (what the server's batch worker runs per batch); its input is read and its image
   decoded through the server's own path (`RewardRequestBody.to_request`, `decode_images`) before the clock starts.
 - server: `mrjudge serve --model <the vLLM /v1 URL>` (the OpenAI backend) in a subprocess, stderr to a file
-  (`benchmarks.server_load.start_server`), reached with a `POST /v1/reward` on a kept-alive HTTP/1.1 socket
-  (`benchmarks.server_load.post_raw`); the JSON body (the image as a PNG data URL) is built before the clock
+  (`benchmarks.kit.start_server`), reached with a `POST /v1/reward` on a kept-alive HTTP/1.1 socket
+  (`benchmarks.server_load.raw_http.post_kept_alive`); the JSON body (the image as a PNG data URL) is built before the clock
   starts. With its default batching, a lone request waits `max_wait_ms` (10) for others to join its batch.
 
 Each request is one prompt with a small image (`--image-size`) and two responses: one MC item, judged in two
@@ -18,21 +18,22 @@ texts (same shape, same token counts), so vLLM's prefix and image caches serve n
 other's request. Requests go one at a time (latency, not queueing), alternating sides, the pair order
 flipping each pair (direct first, then server first), after `--warmup` untimed requests per side.
 
-Equal work (`benchmarks/equal_work.py`): every chat call generates exactly `--max-new-tokens` tokens (vLLM
+Equal work (`benchmarks.equal_work`): every chat call generates exactly `--max-new-tokens` tokens (vLLM
 `min_tokens` + `ignore_eos` on each request: the direct backend's `extra_body`, the server's
 `--backend-extra-body`), and vLLM's `vllm:generation_tokens` counter is read around every timed request.
 
-    python benchmarks/server_vllm_latency.py [--requests 40] [--warmup 4] [--max-new-tokens 32] [--image-size 56]
-    python benchmarks/server_vllm_latency.py --no-batching   # the server judges each request at once
+    python -m benchmarks.server_vllm_latency [--requests 40] [--warmup 4] [--max-new-tokens 32] [--image-size 56]
+    python -m benchmarks.server_vllm_latency --no-batching   # the server judges each request at once
 
 Flags: `--requests` timed requests per side; `--warmup` untimed requests per side first; `--max-new-tokens`
 forced tokens per chat call; `--image-size` picture side in pixels; `--size` tiny model size (vLLM on CPU needs
 tiny32, small or medium); `--no-batching` starts the server with `--no-batching` (no batch wait);
 `--vllm` a vLLM venv folder or `vllm` command (default: this checkout's vLLM venv); `--seed`.
 
-Prints one JSON line: `direct_p50_ms` / `server_p50_ms` (medians of the per-request wall times, client side),
-`added_p50_ms` (server_p50_ms - direct_p50_ms), `added_paired_p50_ms` (the median of each pair's server -
-direct), `direct_p90_ms` / `server_p90_ms` / `added_p90_ms` (nearest rank); from the server's answers
+Prints one JSON line (every percentile the nearest rank, `benchmarks.kit.percentile`): `direct_p50_ms` /
+`server_p50_ms` (medians of the per-request wall times, client side), `added_p50_ms` (server_p50_ms -
+direct_p50_ms), `added_paired_p50_ms` (the median of each pair's server - direct), `direct_p90_ms` /
+`server_p90_ms` / `added_p90_ms`; from the server's answers
 `server_total_p50_ms` (arrival to answer inside the server), `server_queue_p50_ms` (the batch queue, with the
 batch wait) and `server_judge_p50_ms` (the batch's judge time), and `http_p50_ms` (the median of client time
 minus server total: the socket, HTTP and the JSON both ways outside the app); `direct_tokens` /
@@ -57,23 +58,18 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python benchmarks/server_vllm_latency.py` puts benchmarks/ first, not the root
-    sys.path.insert(0, str(ROOT))
+from PIL import Image
 
-from PIL import Image  # noqa: E402
-
-from benchmarks.equal_work import FORCED_LENGTH, vllm_extra_body, vllm_generation_tokens  # noqa: E402
-from benchmarks.server_load import log_text, percentile, post_raw, start_server, stop_server  # noqa: E402
-from judge.images import image_to_data_url  # noqa: E402
-from judge.loopback import free_port  # noqa: E402
+from benchmarks.equal_work import FORCED_LENGTH, vllm_extra_body, vllm_generation_tokens
+from benchmarks.kit import emit, free_port, log_text, percentile, start_server, stop_server
+from benchmarks.server_load.raw_http import post_kept_alive
+from judge.images import image_to_data_url
 
 ORDERS = 2
 
@@ -154,11 +150,11 @@ class Served:
 
     def __call__(self, body: bytes) -> tuple[int, dict]:
         try:
-            status, answer = self.loop.run_until_complete(post_raw(self.reader, self.writer, "/v1/reward", body))
+            status, answer = self.loop.run_until_complete(post_kept_alive(self.reader, self.writer, "/v1/reward", body))
         except (OSError, asyncio.IncompleteReadError):
             self.reconnects += 1
             self._connect()
-            status, answer = self.loop.run_until_complete(post_raw(self.reader, self.writer, "/v1/reward", body))
+            status, answer = self.loop.run_until_complete(post_kept_alive(self.reader, self.writer, "/v1/reward", body))
         self.used = time.monotonic()
         return status, json.loads(answer)
 
@@ -172,7 +168,7 @@ def measure(url: str, port: int, args: argparse.Namespace) -> dict:
     """Start the reward server in front of `url`, then the warm-up and the alternating timed requests."""
     argv = serve_argv(url, port, args)
     direct = Direct(argv)
-    server = start_server([sys.executable, "-m", "mrjudge.cli", *argv], port, timeout_s=300)
+    server = start_server([sys.executable, "-m", "mrjudge.cli", *argv], port=port, timeout_s=300)
     served = None
     try:
         served = Served(port)
@@ -244,15 +240,17 @@ def versions(venv: Path | None) -> dict[str, Any]:
 
 
 def p50(values: list[float]) -> float | None:
-    return round(statistics.median(values), 1) if values else None
+    return percentile(values, 0.5) if values else None
 
 
 def p90(values: list[float]) -> float | None:
-    return round(percentile(values, 0.9), 1) if values else None
+    return percentile(values, 0.9) if values else None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.server_vllm_latency", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--requests", type=int, default=40, help="timed requests per side")
     parser.add_argument("--warmup", type=int, default=4, help="untimed requests per side first")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens every chat call generates")
@@ -315,11 +313,11 @@ def main() -> None:
                 "max_wait_ms": result["max_wait_ms"],
                 "direct_p50_ms": p50(direct),
                 "server_p50_ms": p50(server),
-                "added_p50_ms": round(statistics.median(server) - statistics.median(direct), 1),
+                "added_p50_ms": p50(server) - p50(direct),
                 "added_paired_p50_ms": p50([s - d for s, d in zip(server, direct)]),
                 "direct_p90_ms": p90(direct),
                 "server_p90_ms": p90(server),
-                "added_p90_ms": round(percentile(server, 0.9) - percentile(direct, 0.9), 1),
+                "added_p90_ms": p90(server) - p90(direct),
                 "server_total_p50_ms": p50(result["timing"]["total_ms"]),
                 "server_queue_p50_ms": p50(result["timing"]["queue_ms"]),
                 "server_judge_p50_ms": p50(result["timing"]["judge_ms"]),
@@ -335,8 +333,8 @@ def main() -> None:
     row["versions"] = versions(venv)
     if vllm_error:
         row["vllm_error"] = vllm_error
-    row["wall_s"] = round(time.perf_counter() - begin, 1)
-    print(json.dumps(row))
+    row["wall_s"] = time.perf_counter() - begin
+    emit(row, digits=1)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 
 Both runs synthesise negatives for the same synthetic-world records, with the same settings, in one
 process. The generator is a randomly initialised tiny Qwen2.5-VL; every call is forced to generate exactly
-`--max-new-tokens` tokens (`min_new_tokens`, benchmarks/equal_work.py) and the tokens each run generated
+`--max-new-tokens` tokens (`min_new_tokens`, `benchmarks.equal_work`) and the tokens each run generated
 are counted, so both sides do the same, repeatable work.
 
-    python benchmarks/synthesis_throughput.py [--items 16] [--batch-size 16] [--max-new-tokens 64]
-    python benchmarks/synthesis_throughput.py --items 128 --batch-size 64     # the larger run (former defaults)
+    python -m benchmarks.synthesis_throughput [--items 16] [--batch-size 16] [--max-new-tokens 64]
+    python -m benchmarks.synthesis_throughput --items 128 --batch-size 64     # the larger run (former defaults)
 
 Run time: the bare run took 328 s under load (7 agents on 2 cores; the one-at-a-time side made 4.7 tokens/s
 there, the batched one 41); the larger run was stopped unfinished after 600 s under the same load.
@@ -18,25 +18,20 @@ Prints one JSON line with `batched_items_per_s`, `single_items_per_s`, `ratio`, 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python benchmarks/synthesis_throughput.py` puts benchmarks/ first
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter  # noqa: E402
-from data_synthesis.negatives import ModelNegatives  # noqa: E402
-from data_synthesis.pipeline import load_rows  # noqa: E402
-from data_synthesis.world import write_world  # noqa: E402
-from judge.backends.hf import TransformersBackend  # noqa: E402
-from judge.models import load_model  # noqa: E402
-from tiny_world.model import build_tiny_model  # noqa: E402
+from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter
+from benchmarks.kit import emit
+from data_synthesis.negatives import ModelNegatives
+from data_synthesis.pipeline import load_rows
+from data_synthesis.world import write_world
+from judge.backends.hf import TransformersBackend
+from judge.models import load_model
+from tiny_world.model import build_tiny_model
 
 
 def timed(generator: ModelNegatives, rows: list[dict], batch_size: int, counter: GenerateCounter) -> tuple:
@@ -51,7 +46,9 @@ def timed(generator: ModelNegatives, rows: list[dict], batch_size: int, counter:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.synthesis_throughput", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--items", type=int, default=16, help="world records (both runs write negatives for each)")
     parser.add_argument(
         "--batch-size",
@@ -77,28 +74,26 @@ def main() -> None:
         with GenerateCounter(loaded.model, args.max_new_tokens) as counter:
             batched_rate, batched_tokens, batched_tps = timed(batched, rows, args.batch_size, counter)
             single_rate, single_tokens, single_tps = timed(single, rows, 1, counter)
-    print(
-        json.dumps(
-            {
-                "benchmark": "synthesis_throughput",
-                "stage": "negatives (model generator, transformers backend)",
-                "model": "tiny Qwen2.5-VL (random init)",
-                "device": "cpu",
-                "threads": torch.get_num_threads(),
-                "items": args.items,
-                "batch_size": args.batch_size,
-                "max_new_tokens": args.max_new_tokens,
-                "equal_work": FORCED_LENGTH,
-                "batched_items_per_s": round(batched_rate, 3),
-                "single_items_per_s": round(single_rate, 3),
-                "batched_tokens": batched_tokens,
-                "single_tokens": single_tokens,
-                "batched_tokens_per_s": round(batched_tps, 1),
-                "single_tokens_per_s": round(single_tps, 1),
-                "tokens_equal": batched_tokens == single_tokens,
-                "ratio": round(batched_tps / single_tps, 2),
-            }
-        )
+    emit(
+        {
+            "benchmark": "synthesis_throughput",
+            "stage": "negatives (model generator, transformers backend)",
+            "model": "tiny Qwen2.5-VL (random init)",
+            "device": "cpu",
+            "threads": torch.get_num_threads(),
+            "items": args.items,
+            "batch_size": args.batch_size,
+            "max_new_tokens": args.max_new_tokens,
+            "equal_work": FORCED_LENGTH,
+            "batched_items_per_s": batched_rate,
+            "single_items_per_s": single_rate,
+            "batched_tokens": batched_tokens,
+            "single_tokens": single_tokens,
+            "batched_tokens_per_s": batched_tps,
+            "single_tokens_per_s": single_tps,
+            "tokens_equal": batched_tokens == single_tokens,
+            "ratio": batched_tps / single_tps,
+        }
     )
 
 

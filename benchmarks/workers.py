@@ -14,19 +14,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.kit import ROOT
+
+
+def module_name(script: str | Path) -> str:
+    """The dotted module a benchmark runs as: a module name as it is, a file of the repository by its path
+    (`benchmarks/multi_policy.py` -> `benchmarks.multi_policy`; a package's `__main__.py` -> the package).
+
+    >>> module_name("benchmarks.multi_policy"), module_name(ROOT / "benchmarks" / "prefix_replay" / "__main__.py")
+    ('benchmarks.multi_policy', 'benchmarks.prefix_replay')
+    """
+    if Path(script).suffix != ".py":
+        return str(script)
+    parts = Path(script).resolve().relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__main__" else parts)
 
 
 def run_worker(
-    script: str | Path, spec: dict[str, Any], timeout: float, *, mmap_threshold: int | None = None
+    module: str | Path, spec: dict[str, Any], timeout: float, *, mmap_threshold: int | None = None
 ) -> dict[str, Any]:
-    """`python SCRIPT --worker SPEC` from the project root; its last JSON line, or why there is none.
+    """`python -m MODULE --worker SPEC` from the project root; its last JSON line, or why there is none.
 
-    `mmap_threshold` sets glibc's `MALLOC_MMAP_THRESHOLD_`: big blocks come from mmap and go back on free,
-    so the process's RSS follows its live memory rather than the freed heap.
+    `module` is a module name or a file of the repository (`module_name`). `mmap_threshold` sets glibc's
+    `MALLOC_MMAP_THRESHOLD_`: big blocks come from mmap and go back on free, so the process's RSS follows its
+    live memory rather than the freed heap.
     """
-    command = [sys.executable, str(Path(script).resolve()), "--worker", json.dumps(spec)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    command = [sys.executable, "-m", module_name(module), "--worker", json.dumps(spec)]
+    env = dict(os.environ)
     if mmap_threshold:
         env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     try:
@@ -39,15 +53,16 @@ def run_worker(
     return json.loads(lines[-1])
 
 
-def run_benchmark(script: str, *args: str, timeout: float, stderr_tail: int = 4000) -> dict[str, Any]:
-    """`python benchmarks/SCRIPT ARGS` from the project root, as a user runs it; the JSON line it prints last.
+def run_benchmark(name: str, *args: str, timeout: float, stderr_tail: int = 4000) -> dict[str, Any]:
+    """`python -m benchmarks.NAME ARGS` from the project root, as a user runs it; the JSON line it prints last.
 
-    For tests that run a whole benchmark end to end; a failed run raises with the tail of its stderr.
+    `name` is the benchmark's module in `benchmarks` (`"learning_curve"`; `"learning_curve.py"` too). For tests
+    that run a whole benchmark end to end; a failed run raises with the tail of its stderr.
     """
-    command = [sys.executable, f"benchmarks/{script}", *args]
+    command = [sys.executable, "-m", f"benchmarks.{name.removesuffix('.py')}", *args]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"{script} exited {done.returncode}:\n{done.stderr[-stderr_tail:]}")
+        raise RuntimeError(f"{name} exited {done.returncode}:\n{done.stderr[-stderr_tail:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

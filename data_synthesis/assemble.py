@@ -14,7 +14,8 @@ An item (also the judge-RL unit):
      "meta": {"split": "train", "group": "world-000003", "source": "world/count",
               "flaws": ["hallucinated_count", null], "description": "...", "world": {...}}}
 
-and `to_sft_example` turns an item and a judge completion into a TRL conversational example.
+and `to_sft_example` turns an item and a judge completion into a TRL conversational example
+(`write_sft_examples`: every kept trace, by split, into sft/{train,val}.jsonl).
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ import random
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from data_synthesis.image_paths import rebase_row
+from data_synthesis.prompts import DESCRIBE
 from data_synthesis.records import group_of, image_refs
+from jobs.jsonl import write_jsonl_atomic
 from judge.prompt import PromptConfig, build_messages, option_letters
 
 __all__ = [
@@ -38,6 +43,7 @@ __all__ = [
     "summarize_items",
     "to_description_example",
     "to_sft_example",
+    "write_sft_examples",
 ]
 
 Row = dict[str, Any]
@@ -183,3 +189,45 @@ def to_description_example(row: Row, instruction: str) -> Row:
         {"role": "assistant", "content": [{"type": "text", "text": row["description"]}]},
     ]
     return {"id": f"{row['id']}/describe", "images": images, "messages": messages}
+
+
+def write_sft_examples(
+    items: list[Row],
+    distilled: list[Row],
+    out_dir: Path,
+    prompt: PromptConfig | None = None,
+    *,
+    described: list[Row] | None = None,
+    describe_share: float = 0.0,
+    describe_instruction: str | None = None,
+) -> dict[str, Any]:
+    """TRL conversational judge-SFT examples from the kept traces, by split, worded with `prompt`.
+
+    With `describe_share` > 0, that share of the training file is image → description examples made from
+    the training split's `described` rows (worded with `describe_instruction`, by default the describe
+    stage's own prompt), so a judge whose vision has never been trained also learns to see.
+    """
+    if not 0.0 <= describe_share < 1.0:
+        raise ValueError(f"describe_share ({describe_share}) must be in [0, 1)")
+    if describe_share and described is None:
+        raise ValueError("describe_share needs the describe stage's rows (described=...)")
+    by_id = {item["id"]: item for item in items}
+    counts = {}
+    for split in ("train", "val"):
+        examples = [
+            to_sft_example(rebase_row(by_id[row["id"]], out_dir, out_dir / "sft"), row["completion"], prompt)
+            for row in distilled
+            if row["kept"] and by_id[row["id"]]["meta"]["split"] == split
+        ]
+        if split == "train" and describe_share:
+            wanted = round(len(examples) * describe_share / (1.0 - describe_share))
+            rows = [r for r in described if r["id"] in by_id and by_id[r["id"]]["meta"]["split"] == split]
+            instruction = describe_instruction or DESCRIBE.template
+            descriptions = [
+                to_description_example(rebase_row(r, out_dir, out_dir / "sft"), instruction) for r in rows[:wanted]
+            ]
+            examples += descriptions
+            counts["sft_train_descriptions"] = len(descriptions)
+        write_jsonl_atomic(out_dir / "sft" / f"{split}.jsonl", examples)
+        counts[f"sft_{split}"] = len(examples)
+    return counts

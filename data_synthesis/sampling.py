@@ -31,8 +31,8 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_REQUEST_TIMEOUT_S",
+    "MODEL_ROLES",
     "SOURCES",
-    "STAGES",
     "RequestFailed",
     "StageSampling",
     "failure_reason",
@@ -41,7 +41,8 @@ __all__ = [
     "sampling_for",
 ]
 
-STAGES = ("reasoner", "rewriter", "describer", "generator")
+MODEL_ROLES = ("reasoner", "rewriter", "describer", "generator")
+"""The four parts of the data engine that can call a model, each with its own decoding (`DEFAULTS`)."""
 
 DEFAULT_CONCURRENCY = 256
 """Requests in flight to an HTTP endpoint. vLLM's server admits up to `max_num_seqs` sequences at once
@@ -96,7 +97,7 @@ SOURCES: dict[str, str] = {
 def sampling_for(stage: str, overrides: StageSampling | dict[str, Any] | None = None) -> SamplingParams:
     """The stage's `SamplingParams`: its defaults, with every field set in `overrides` taking precedence."""
     if stage not in DEFAULTS:
-        raise ValueError(f"no sampling defaults for stage {stage!r}; stages: {', '.join(STAGES)}")
+        raise ValueError(f"no sampling defaults for stage {stage!r}; stages: {', '.join(MODEL_ROLES)}")
     if isinstance(overrides, dict) or overrides is None:
         overrides = StageSampling.from_dict(stage, overrides)
     merged = {**asdict(DEFAULTS[stage]), **{k: v for k, v in asdict(overrides).items() if v is not None}}

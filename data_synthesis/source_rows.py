@@ -43,12 +43,15 @@ class FieldMap:
     id: str | None = None
     """`None` → the row's `id` if it has one, else `"<source-name>-<row index>"`."""
     image: str | None = None
-    """`None` → first of image/images/image_path/img; a row with none of them is text-only."""
+    """`None` → first of image/images/image_path/img. A flat row with none of them is refused unless
+    `text_only`: a misnamed image column must not turn a multimodal set into text-only data in silence."""
     question: str | None = None
     answer: str | None = None
+    text_only: bool = False
+    """The set has no images on purpose: flat rows without an image column are text-only records."""
 
     def column(self, field: str, row: Mapping[str, Any]) -> str | None:
-        explicit = getattr(self, field)
+        explicit: str | None = getattr(self, field)
         return explicit if explicit is not None else next((c for c in DEFAULT_COLUMNS[field] if c in row), None)
 
 
@@ -99,6 +102,14 @@ def parse_row(row: Any, index: int, where: str, fields: FieldMap, name: str, see
     else:
         question, answer = (_field_text(row, field, fields, where) for field in ("question", "answer"))
         pairs = [(question, answer)]
+        if fields.column("image", row) is None and not fields.text_only:
+            raise DataError(
+                "image",
+                f"no image column (looked for {', '.join(DEFAULT_COLUMNS['image'])}; columns here: {list(row)})",
+                "set --image-field (synth all: fields.image=…) to the column that holds the image, or pass --text-only "
+                "(fields.text_only=true) for a set without images",
+                where,
+            )
     images = _image_values(row, fields, record_id, where) or inline
     if placeholders and len(images) != placeholders:
         raise DataError(
@@ -113,7 +124,7 @@ def parse_row(row: Any, index: int, where: str, fields: FieldMap, name: str, see
 def _missing(field: str, fields: FieldMap, row: Mapping[str, Any], where: str) -> DataError:
     column = getattr(fields, field)
     problem = "missing" if column is None else f"column {column!r} not in the row"
-    fix = f"set --{field}-field to the column that holds {_WHAT[field]} (columns here: {list(row)})"
+    fix = f"set --{field}-field (synth all: fields.{field}=…) to the column that holds {_WHAT[field]} (columns here: {list(row)})"
     return DataError(field, problem, fix, where)
 
 

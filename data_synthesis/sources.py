@@ -44,9 +44,10 @@ from data_synthesis.source_rows import FieldMap, ParsedRow, parse_row, row_id
 from jobs.jsonl import (
     DEFAULT_MAX_BAD_FRACTION,  # the one default of every command that skips bad rows
     InputError,
+    UnparsableLine,
     atomic_writer,
+    numbered_jsonl,
     read_json_list,
-    read_jsonl,
     write_json_atomic,
 )
 from judge.images import ImageLoadError
@@ -102,7 +103,7 @@ def _open(source: str | Path, split: str, dataset_config: str | None, revision: 
                 "drop them for a local file"
             )
         if suffix == ".jsonl":
-            rows = ((f"{source} line {n}", n, i, row) for i, (n, row) in enumerate(read_jsonl(path)))
+            rows = ((f"{source} line {n}", n, i, row) for i, (n, row) in enumerate(numbered_jsonl(path)))
         elif suffix in (".json", ".parquet"):
             data = _json_list(path, str(source)) if suffix == ".json" else _parquet_rows(path)
             kind = "item" if suffix == ".json" else "row"
@@ -236,6 +237,8 @@ def read_source(
             jobs = []
             for where, line, index, row in chunk:
                 try:
+                    if isinstance(row, UnparsableLine):  # counted as a bad row, like any other
+                        raise DataError("<line>", row.problem, "write one JSON object per line", where)
                     parsed: ParsedRow | Skipped = parse_row(row, index, where, fields, name, seen)
                 except DataError as exc:
                     parsed = Skipped(line, row_id(row, fields), _reason(exc, where), exc)
@@ -269,7 +272,7 @@ def write_records(
     out.mkdir(parents=True, exist_ok=True)
     path = out / "records.jsonl"
     skipped: list[Skipped] = []
-    rows = records = multi_image = 0
+    rows = records = multi_image = text_only = 0
     with atomic_writer(path) as handle:  # raising inside leaves no records.jsonl
         for result in read_source(source, out, **kwargs):
             rows += 1
@@ -277,6 +280,7 @@ def write_records(
                 skipped.append(result)
                 continue
             multi_image += isinstance(result[0].image, list)
+            text_only += len(result) if result[0].image is None else 0
             for record in result:
                 handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
                 records += 1
@@ -291,6 +295,7 @@ def write_records(
         "rows": rows,
         "records": records,
         "rows_with_several_images": multi_image,
+        "text_only_records": text_only,
         "bad_fraction": round(fraction, 6),
         "max_bad_fraction": max_bad_fraction,
         "skipped": [s.to_dict() for s in skipped],

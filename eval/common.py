@@ -28,6 +28,7 @@ __all__ = [
     "progress_bar",
     "read_decisions",
     "read_predictions",
+    "require_every_row",
     "resumable_predictions",
     "write_json_atomic",
     "write_text_atomic",
@@ -84,6 +85,22 @@ def resumable_predictions(
     """
     run = run_resumable(path, items, predict, item_id=item_id, label=description, **options)
     return run.rows_for(item_id(item) for item in items)
+
+
+def require_every_row(item_ids: Sequence[str], predicted: Iterable[str]) -> None:
+    """Refuse predictions that leave rows of the data out, naming a few and the fix.
+
+    A figure over part of a benchmark, written under the provenance (`data_sha256`, `data_rows`) of all of
+    it, reads as the benchmark's figure: scoring part of the data is done by reading part of it (`--limit`).
+    """
+    have = set(predicted)
+    missing = [item_id for item_id in item_ids if item_id not in have]
+    if missing:
+        raise InputError(
+            f"the predictions cover {len(item_ids) - len(missing)} of {len(item_ids)} rows; {len(missing)} row(s) "
+            f"have none, e.g. {missing[:3]} — predict every row (an undecided one as pred -1), or score the same "
+            "part of the data the predictions were made on (--limit N for the first N rows)"
+        )
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.bootstrap import BOOTSTRAP_RESAMPLES, RatioSet, bootstrap_intervals, interval_keys
+from eval.common import require_every_row
+from eval.decision_lists import decision_item, decision_rows
 from eval.official_calls import official_request, official_sampling
 from eval.pairwise import PairItem, PairItems, consistency_metrics, image_checked, prediction_row
 from eval.pairwise_run import PairwiseBenchmark
@@ -221,6 +223,7 @@ def score(
             f"{len(unknown)} prediction id(s) are not in the data, e.g. {unknown[:3]} — score against the file "
             "the predictions were made on"
         )
+    require_every_row(list(by_id), (str(p["id"]) for p in predictions))
     scored: list[tuple[str, float, float, float]] = []  # (category, coin-flip credit, wrong credit, half credit)
     flags: dict[str, list[bool | None]] = defaultdict(list)
     for p in predictions:
@@ -272,19 +275,10 @@ def score_decisions(
 ) -> dict[str, Any]:
     """`score` from plain lists (what the `evaluate` module gets); a prediction of None or -1 is unparsed."""
     items = [
-        PairItem(
-            id=str(i),
-            query="",
-            responses=["", ""],
-            image=None,
-            preferred=int(ref),
-            group=category_of(str(c), str(i)),
-            source=str(c),
-        )
+        decision_item(str(i), int(ref), category_of(str(c), str(i)), str(c))
         for i, ref, c in zip(ids, references, categories)
     ]
-    rows = [{"id": str(i), "pred": None if p is None or p < 0 else int(p)} for i, p in zip(ids, predictions)]
-    return score(items, rows, seed=seed)
+    return score(items, decision_rows(ids, predictions), seed=seed)
 
 
 def protocol(mode: str, config: MMRBConfig | None = None, *, orders: int = 2) -> str:

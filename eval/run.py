@@ -41,7 +41,7 @@ class Scoring:
     """A backend that reads the official replies the regex missed (None: none)."""
 
     def __post_init__(self) -> None:
-        from eval.vlrb_readings import CALPY_KS
+        from eval.vl_rewardbench.calpy import CALPY_KS
 
         k = self.headline_k
         if k is not None and (k not in CALPY_KS or k > self.k):

@@ -25,11 +25,14 @@ from judge.types import DataError
 
 __all__ = [
     "DEFAULT_MAX_BAD_FRACTION",
+    "TEXT_ENCODING",
     "InputError",
+    "UnparsableLine",
     "Records",
     "ResumableJsonlWriter",
     "atomic_writer",
     "check_bad_fraction",
+    "numbered_jsonl",
     "parse_records",
     "raise_problems",
     "read_complete_rows",
@@ -46,6 +49,16 @@ T = TypeVar("T")
 
 DEFAULT_MAX_BAD_FRACTION = 0.05
 """The commands that read rows (`judge`, `eval`, `synth records`) skip bad ones up to this share by default."""
+
+TEXT_ENCODING = "utf-8-sig"
+"""How a user's JSON and JSONL files are read: UTF-8, with or without the byte-order mark some editors write."""
+
+
+def _new_file_mode() -> int:
+    """The mode `open` gives a new file under this process's umask (0644 under the usual 022)."""
+    umask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 class InputError(ValueError):
@@ -69,23 +82,33 @@ def check_bad_fraction(max_bad_fraction: float) -> float:
     return max_bad_fraction
 
 
-@dataclass(frozen=True)
-class _Unparsable:
-    """A line that is not JSON, as a row: `parse_records` counts it as a bad row."""
+@dataclass
+class UnparsableLine:
+    """A line that is not JSON, as a row: readers that skip bad rows count it as one (`parse_records`,
+    `data_synthesis.sources`) instead of stopping at it."""
 
     problem: str
+    """What is wrong with it: `not valid JSON (… at column N)`."""
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield `(line_number, parsed_object)` for each non-blank line; bad JSON raises `InputError`."""
-    with open(path, encoding="utf-8") as handle:
+def numbered_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """`(line_number, row)` per non-blank line; a line that is not JSON comes as an `UnparsableLine`."""
+    with open(path, encoding=TEXT_ENCODING) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
                 yield number, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+                yield number, UnparsableLine(f"not valid JSON ({exc.msg} at column {exc.colno})")
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield `(line_number, parsed_object)` for each non-blank line; bad JSON raises `InputError`."""
+    for number, row in numbered_jsonl(path):
+        if isinstance(row, UnparsableLine):
+            raise InputError(f"{path} line {number}: {row.problem}")
+        yield number, row
 
 
 def read_records(
@@ -104,15 +127,8 @@ def read_records(
 def read_jsonl_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
     """`(label, row)` per non-blank line, for `parse_records`: a line that is not JSON comes as a row it counts
     as bad (where `read_jsonl` stops at it)."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                row = _Unparsable(f"{path} line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
-            yield f"line {number}", row
+    for number, row in numbered_jsonl(path):
+        yield f"line {number}", row
 
 
 def parse_records(
@@ -140,8 +156,8 @@ def parse_records(
     for label, row in rows:
         n_rows += 1
         where = f"{source} {label}"
-        if isinstance(row, _Unparsable):
-            problems.append(row.problem)
+        if isinstance(row, UnparsableLine):
+            problems.append(f"{where}: {row.problem}")
             continue
         try:
             record = parse(row, where=where)
@@ -192,7 +208,7 @@ def read_json_list(
 ) -> list[Any]:
     """A JSON file whose top level is a list (`expected` words it in the error); other files raise `InputError`."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding=TEXT_ENCODING))
     except json.JSONDecodeError as exc:
         raise InputError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno}){bad_json_hint}") from exc
     if not isinstance(data, list):
@@ -208,6 +224,7 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _new_file_mode())  # mkstemp makes it 0600; the published file gets what `open` would give
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             yield handle
             handle.flush()

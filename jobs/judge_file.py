@@ -17,6 +17,7 @@ from jobs.executor import BatchFn, Executor
 from jobs.jsonl import Records, read_records
 from jobs.resumable import run_resumable
 from judge.backends.spec import ModelSpec
+from judge.images import ImageLoadError, check_decodes
 from judge.judging import Judge, JudgeConfig
 from judge.types import DataError, MCItem, Verdict
 
@@ -94,7 +95,10 @@ class JudgeRunSummary:
     n_skipped: int
     n_unparsed: int
     accuracy: float | None
-    """Share of labelled items whose choice equals the label (unparsed counts as wrong)."""
+    """Share of the labelled items the judge decided whose choice equals the label; `None` when it decided none.
+    Undecided (unparsed) items leave the denominator and are counted in `n_unparsed`, as `mrjudge eval` does."""
+    n_decided: int
+    """Labelled items with a choice: the accuracy's denominator."""
     consistency: float | None
     """Share of items with a `consistent` flag whose flag is true."""
     wall_s: float
@@ -104,23 +108,33 @@ class JudgeRunSummary:
 def load_items(path: str | Path, *, check_images: bool = True, max_bad_fraction: float = 0.0) -> Records:
     """Read and validate an MC-item JSONL file; every bad line is reported with its number and field.
 
-    With `check_images`, image paths must name existing files (relative paths are resolved against the
-    file's folder), so a typo fails before any model is loaded rather than halfway through a run. With
+    With `check_images`, every image is decoded through to its end (relative paths are resolved against the
+    file's folder), so a typo or a truncated file fails here, naming its line, before any model is loaded,
+    rather than halfway through a run. With
     `max_bad_fraction` > 0, bad lines up to that share are skipped and listed in the result's `skipped`
     (`jobs.jsonl.parse_records`); more raise `InputError`.
     """
     base = Path(path).parent
+    decoded: set[str] = set()  # a file many items share is decoded once
 
     def parse(row: object, where: str) -> MCItem:
         item = MCItem.from_dict(row, where=where)
         for ref in item.images if check_images else ():
-            if isinstance(ref, str) and not ref.startswith("data:") and not (base / ref).is_file():
+            key = ref if isinstance(ref, str) else None
+            if key is not None and key in decoded:
+                continue
+            try:
+                check_decodes(ref, base)
+            except ImageLoadError as exc:
                 raise DataError(
                     "image",
-                    f"file not found: {base / ref}",
-                    "fix the path (relative paths are resolved against the JSONL file's folder)",
+                    str(exc),
+                    "fix or replace the image (relative paths are resolved against the JSONL file's folder), "
+                    "or let --max-bad-fraction skip the line",
                     where,
-                )
+                ) from None
+            if key is not None:
+                decoded.add(key)
         return item
 
     return read_records(path, parse, max_bad_fraction=max_bad_fraction)
@@ -131,13 +145,15 @@ def summarize(
 ) -> JudgeRunSummary:
     by_id = {v.id: v for v in verdicts}
     labelled = [(item, by_id[item.id]) for item in items if item.label is not None and item.id in by_id]
+    decided = [(item, verdict) for item, verdict in labelled if verdict.choice is not None]
     flags = [v.consistent for v in verdicts if v.consistent is not None]
     return JudgeRunSummary(
         n_items=len(items),
         n_judged_now=n_judged_now,
         n_skipped=len(items) - n_judged_now,
         n_unparsed=sum(v.choice is None for v in verdicts),
-        accuracy=sum(v.choice == item.label for item, v in labelled) / len(labelled) if labelled else None,
+        accuracy=sum(v.choice == item.label for item, v in decided) / len(decided) if decided else None,
+        n_decided=len(decided),
         consistency=sum(flags) / len(flags) if flags else None,
         wall_s=wall_s,
         items_per_s=n_judged_now / wall_s if n_judged_now and wall_s > 0 else None,

@@ -1,7 +1,7 @@
 """The one per-row job loop: resume, batch, run on an executor, append, publish atomically.
 
 Judging a file (`jobs.judge_file.judge_file`), a benchmark's predictions (`eval.common.resumable_predictions`)
-and every synthesis stage (`data_synthesis.stages.run_stage`) are this loop with different work:
+and every synthesis stage (`data_synthesis.stage_runner.run_stage`) are this loop with different work:
 
 - output goes through `ResumableJsonlWriter`: ids already in `OUT` or `OUT.partial` are skipped, finished
   rows are appended and flushed per batch (a killed run loses at most the batches in flight), and the

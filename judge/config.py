@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ConfigError", "config_from_yaml", "config_values", "parse_key_values", "yaml_load"]
+__all__ = ["ConfigError", "config_from_yaml", "config_values", "fold_dotted_keys", "parse_key_values", "yaml_load"]
 
 T = TypeVar("T")
 
@@ -53,6 +53,30 @@ def parse_key_values(pairs: Iterable[str], example: str = "max_steps=20") -> dic
         if not sep or not key.strip():
             raise ConfigError(f"override {pair!r} must look like key=value (e.g. {example})")
         out[key.strip()] = yaml_load(value)
+    return out
+
+
+def fold_dotted_keys(values: Mapping[str, Any], nested: Iterable[str]) -> dict[str, Any]:
+    """`values` with `a.b.c=…` keys folded into the mapping field `a`, for each `a` in `nested`.
+
+    On the command line a nested field is set one key at a time (`model.model=http://host:8000/v1`), on top
+    of what the YAML gave it.
+
+    >>> fold_dotted_keys({"model": {"backend": "openai"}, "model.model": "http://h:8000/v1"}, ["model"])
+    {'model': {'backend': 'openai', 'model': 'http://h:8000/v1'}}
+    """
+    out = dict(values)
+    heads = set(nested)
+    for key in [k for k in out if "." in k and k.split(".", 1)[0] in heads]:
+        value = out.pop(key)
+        parts = key.split(".")
+        inner = out.get(parts[0])
+        if inner is not None and not isinstance(inner, Mapping):
+            raise ConfigError(f"{key}: {parts[0]} is {inner!r}, not a mapping to set {'.'.join(parts[1:])} in")
+        node = out[parts[0]] = dict(inner or {})
+        for part in parts[1:-1]:
+            node[part] = node = dict(node.get(part) or {})
+        node[parts[-1]] = value
     return out
 
 

@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """What a user can fix: bad input, config values or flags (the project's own `ConfigError`, `InputError`,
     `DataError`, `AdapterStoreError`, … are `ValueError`s), missing files, ports and endpoints (`OSError`),
-    missing optional packages, and a synth stage with too many failed rows (its summary is written first)."""
-    from data_synthesis.stages import TooManyFailures
+    missing optional packages, and a synth stage with too many failed rows (its summary is written first).
+    A model server that cannot be reached or refuses a call is one too (`endpoint_error` words it)."""
+    from data_synthesis.stage_runner import TooManyFailures
 
     return (ValueError, OSError, ImportError, TooManyFailures)
 
@@ -47,9 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except Exception as exc:
-        if not isinstance(exc, _user_errors()) or os.environ.get("MRJUDGE_TRACEBACK"):
+        from judge.backends.openai_http import endpoint_error
+
+        message = endpoint_error(exc) or (str(exc) if isinstance(exc, _user_errors()) else None)
+        if message is None or os.environ.get("MRJUDGE_TRACEBACK"):
             raise  # a bug keeps its traceback; MRJUDGE_TRACEBACK=1 shows it for user errors too
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
         return 2
 
 

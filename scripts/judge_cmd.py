@@ -106,16 +106,17 @@ def judge_config_from(args: argparse.Namespace, flags: ConfigFlags = JUDGE_FLAGS
 
 
 def token_totals(verdicts: list[Any]) -> str:
-    """`usage` summed over the verdicts that carry it, for the summary line ("" when none does)."""
+    """`usage` summed over the verdicts that carry it, for the summary ("" when none does)."""
     usages = [v.usage for v in verdicts if v.usage]
     if not usages:
         return ""
     prompt = sum(u["prompt_tokens"] for u in usages)
     completion = sum(u["completion_tokens"] for u in usages)
-    return f"; tokens {prompt:,} prompt ({prompt / len(usages):,.0f} per item) + {completion:,} completion"
+    return f"tokens {prompt:,} prompt ({prompt / len(usages):,.0f} per item) + {completion:,} completion"
 
 
 def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "", skipped: int = 0) -> None:
+    """A few short lines, each a whole phrase (a long line wrapped by the terminal broke mid-phrase)."""
     from rich.console import Console
 
     def pct(x: float | None) -> str:
@@ -123,11 +124,15 @@ def print_summary(summary: JudgeRunSummary, output: Path, tokens: str = "", skip
 
     speed = "" if summary.items_per_s is None else f", {summary.items_per_s:.2f} items/s"
     bad = f", {skipped} bad line(s) skipped" if skipped else ""
-    Console(stderr=True).print(
+    lines = [
         f"[bold]{summary.n_items}[/] items ({summary.n_judged_now} judged now, {summary.n_skipped} resumed{bad}) "
-        f"in {summary.wall_s:.1f}s{speed}; accuracy {pct(summary.accuracy)}, consistency "
-        f"{pct(summary.consistency)}, unparsed {summary.n_unparsed}{tokens} → {output}"
-    )
+        f"in {summary.wall_s:.1f}s{speed}",
+        f"accuracy {pct(summary.accuracy)} of {summary.n_decided} decided, unparsed {summary.n_unparsed}, "
+        f"consistency {pct(summary.consistency)}",
+        *([tokens] if tokens else []),
+        f"→ {output}",
+    ]
+    Console(stderr=True, soft_wrap=True).print("\n".join(lines))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -98,7 +98,7 @@ def server_config_from(args: argparse.Namespace) -> Any:
 
 def served_judge(args: argparse.Namespace, server_config: Any) -> Any:
     """The `Judge` `mrjudge serve ARGS` serves, built (and its model loaded) as the server builds it: what
-    `benchmarks/server_load.py` calls in process to compare the server with the judge alone."""
+    `benchmarks.server_load` calls in process to compare the server with the judge alone."""
     from judge.backends.spec import ModelSpec
     from judge.judging import Judge
 

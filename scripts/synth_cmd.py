@@ -45,6 +45,12 @@ def _source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="read at most this many source rows")
     for name in ("id", "image", "question", "answer"):
         parser.add_argument(f"--{name}-field", help=f"column holding the {name} (default: the usual spellings)")
+    parser.add_argument(
+        "--text-only",
+        action="store_true",
+        help="the set has no images: rows without an image column are text-only records (without this flag, a "
+        "flat row with no image column is refused, so a misnamed image column cannot drop the images in silence)",
+    )
     parser.add_argument("--image-root", type=Path, help="folder that relative image paths are resolved against")
     parser.add_argument(
         "--source-name", help="the records' `source` and derived-id prefix (default: file/dataset name)"
@@ -115,7 +121,7 @@ def _throughput_flags(parser: argparse.ArgumentParser) -> None:
 
 def _job_from(args: argparse.Namespace) -> dict[str, Any]:
     """The options every row stage (negatives, describe, distill) takes from `_job_args` and `_throughput_flags`."""
-    from data_synthesis.stages import Shard
+    from data_synthesis.stage_runner import Shard
 
     return {
         "shard": Shard.parse(args.shard),
@@ -243,7 +249,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("local", "ray"), help="overrides the config's `engine`")
     p.add_argument("--ray-address", help="with --engine ray: overrides the config's `ray.address`")
     add_overwrite_flag(p, "rows of every per-row stage (negatives, describe, distill)")
-    _all_flags().add_to(p.add_argument_group("SynthConfig fields (data_synthesis/pipeline.py)"))
+    _all_flags().add_to(p.add_argument_group("SynthConfig fields (data_synthesis/pipeline/config.py)"))
     add_key_values(p, "world_n=50")
     p.set_defaults(run=run_all)
 
@@ -255,7 +261,7 @@ def _print(summary: dict) -> int:
 
 def _stage(run, *args, **kwargs) -> int:
     """Run a stage and print its summary; with too many failed rows, print it too and let the error go up (exit 2)."""
-    from data_synthesis.stages import TooManyFailures
+    from data_synthesis.stage_runner import TooManyFailures
 
     try:
         _, summary = run(*args, **kwargs)
@@ -276,13 +282,21 @@ def run_world(args: argparse.Namespace) -> int:
 def run_records(args: argparse.Namespace) -> int:
     from data_synthesis.sources import FieldMap, record_options, write_records
 
-    fields = FieldMap(id=args.id_field, image=args.image_field, question=args.question_field, answer=args.answer_field)
+    fields = FieldMap(
+        id=args.id_field,
+        image=args.image_field,
+        question=args.question_field,
+        answer=args.answer_field,
+        text_only=args.text_only,
+    )
     path, summary = write_records(
         args.source, args.out, fields=fields, image_workers=args.image_workers, **record_options(args)
     )
     skipped = len(summary["skipped"])
     note = f"; skipped {skipped} bad row(s), listed in {path.parent / 'records.summary.json'}" if skipped else ""
     print(f"wrote {summary['records']} records from {summary['rows']} rows to {path}{note}")
+    if summary["text_only_records"]:
+        print(f"{summary['text_only_records']} of the {summary['records']} records are text-only (no image)")
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from mrjudge.config_flags import ConfigFlags, LazyFlagsParser, add_key_values
 
-STAGES = {
+RECIPES = {
     "sft": ("training.sft", "JudgeSFTConfig", "run_sft", "warm-up SFT on distilled judge traces"),
     "grpo": ("training.grpo", "JudgeGRPOConfig", "run_grpo", "GRPO on MC items with the judge reward"),
     "policy": ("training.policy", "JudgePolicyGRPOConfig", "run_policy", "GRPO of a policy on prompts, rewarded by the judge"),
@@ -40,7 +40,7 @@ STAGES = {
 def _stage_attr(stage: str, index: int) -> Any:
     import importlib
 
-    module, *names, _ = STAGES[stage]
+    module, *names, _ = RECIPES[stage]
     return getattr(importlib.import_module(module), names[index])
 
 
@@ -55,7 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[0],
     )
     stages = train.add_subparsers(dest="stage", metavar="STAGE", required=True, parser_class=LazyFlagsParser)
-    for name, (_, cls, _, what) in STAGES.items():
+    for name, (_, cls, _, what) in RECIPES.items():
         p = stages.add_parser(
             name,
             help=what,
@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         from training.multi_policy import load_multi_policy_config
 
         return _run_policies(load_multi_policy_config(args.config, values))
-    from training.common import close_process_group, load_config
+    from training.config import load_config
+    from training.recipe import close_process_group
 
     config = load_config(cls, args.config, values)
     result = _stage_attr(args.stage, 1)(config)

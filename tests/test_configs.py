@@ -14,7 +14,6 @@ from judge.config import config_from_yaml
 ROOT = Path(__file__).resolve().parents[1] / "configs"
 ALL = sorted(ROOT.rglob("*.yaml"))
 CONFIGS = sorted(ROOT.glob("synth_*.yaml"))
-CPU = ["use_cpu=true", "bf16=false"]  # the 7B recipes say bf16 on GPUs; loading them here needs a CPU
 
 
 def _kind(path: Path) -> str:
@@ -50,13 +49,15 @@ def test_every_shipped_yaml_loads(path):
             if spec is not None:
                 ModelSpec(**spec)
     elif kind in ("sft", "grpo", "policy"):
-        from training.common import load_config
+        from tests.support.training import CPU_LOAD
+        from training.config import load_config
         from training.grpo import JudgeGRPOConfig
         from training.policy import JudgePolicyGRPOConfig
         from training.sft import JudgeSFTConfig
 
         cls = {"sft": JudgeSFTConfig, "grpo": JudgeGRPOConfig, "policy": JudgePolicyGRPOConfig}[kind]
-        load_config(cls, path, CPU if yaml.safe_load(path.read_text()).get("bf16") else [])
+        # The 7B recipes say bf16, for GPUs; loading them here needs a CPU.
+        load_config(cls, path, CPU_LOAD if yaml.safe_load(path.read_text()).get("bf16") else [])
     elif kind == "policies":
         from training.multi_policy import load_multi_policy_config
 

@@ -83,7 +83,7 @@ def refresh_judge(
 
     from jobs.jsonl import read_jsonl, write_jsonl_atomic
     from tiny_world.judge_pool import pool_sft_examples
-    from training.common import run_recipe
+    from training.recipe import run_recipe
     from training.sft import build_sft_trainer
 
     out = Path(out)

@@ -126,7 +126,7 @@ def train_seeing_policy(
     from tiny_world.policy_data import write_policy_data
     from tiny_world.recipe import sft_config, warmup_rows
     from tiny_world.vision_warmup import VisionWarmupConfig, warm_up_vision
-    from training.common import run_recipe
+    from training.recipe import run_recipe
     from training.sft import build_sft_trainer
 
     out = Path(out)

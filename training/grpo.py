@@ -25,9 +25,11 @@ from typing import Any
 from trl import GRPOConfig
 
 from judge.prompt import PromptConfig
-from training.common import JudgeModelArguments, build_trainer, load_training_model, run_recipe
 from training.data import load_grpo_dataset
 from training.judge_reward import JudgeReward
+from training.model_config import JudgeModelArguments
+from training.model_loading import load_training_model
+from training.recipe import build_trainer, run_recipe
 
 __all__ = ["JudgeGRPOConfig", "build_grpo_trainer", "run_grpo"]
 

@@ -29,8 +29,10 @@ from trl import GRPOConfig
 from judge.reward.trl.base import GroupedJudgeReward
 from judge.reward.trl.spec import HttpRewardSpec, InProcessRewardSpec, RewardSpec, reward_spec
 from judge.reward.wire import RetryPolicy
-from training.common import JudgeModelArguments, build_trainer, load_training_model, run_recipe
+from training.model_config import JudgeModelArguments
+from training.model_loading import load_training_model
 from training.policy_keys import nest_reward_keys
+from training.recipe import build_trainer, run_recipe
 from training.replay_trainer import ReplayArguments
 
 __all__ = ["JudgePolicyGRPOConfig", "build_policy_trainer", "load_prompt_dataset", "run_policy"]

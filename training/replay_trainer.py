@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from training.common import post_init_next
+from training.config import post_init_next
 from training.replay import (
     GRPOLoss,
     ReplayBatch,

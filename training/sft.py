@@ -16,8 +16,10 @@ from typing import Any
 
 from trl import SFTConfig, SFTTrainer
 
-from training.common import JudgeModelArguments, build_trainer, load_training_model, run_recipe
 from training.data import load_sft_dataset
+from training.model_config import JudgeModelArguments
+from training.model_loading import load_training_model
+from training.recipe import build_trainer, run_recipe
 
 __all__ = ["FULL_LOGITS_MAX_VOCAB", "JudgeSFTConfig", "JudgeSFTTrainer", "build_sft_trainer", "run_sft"]
 

@@ -61,7 +61,7 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
         raise InputError(f"{path}: file not found — check the path to the {what}")
     duplicates: list[str] = []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_reject_duplicate_keys(duplicates))
+        data = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_reject_duplicate_keys(duplicates))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
     if not isinstance(data, dict):

@@ -266,6 +266,7 @@ class TransformersBackend:
                     label_logprobs=logprobs,
                     prompt_tokens=int(prompt_tokens[row]),
                     completion_tokens=generated,
+                    finish_reason="length" if stop is None else "stop",  # no stop token: cut at max_new_tokens
                 )
             )
         return results

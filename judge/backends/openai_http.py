@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -35,10 +36,16 @@ from judge.reward.wire import (
     server_urls,
 )
 
-__all__ = ["API_KEY_ENV_VARS", "OpenAIBackend"]
+__all__ = ["API_KEY_ENV_VARS", "OpenAIBackend", "endpoint_error"]
 
 API_KEY_ENV_VARS = ("MRJUDGE_API_KEY", "OPENAI_API_KEY")
 """Where the API key is looked for when none is passed, in this order."""
+
+LARGE_IMAGE_PIXELS = 12_845_056
+"""Qwen2.5-VL's processor default `max_pixels` (3584²): an image above it is shrunk by the server anyway, so
+sending it whole only costs time; past it, with no `max_pixels` set here, the backend says so once."""
+
+logger = logging.getLogger("judge.backends.openai_http")
 
 
 def _with_image_urls(messages: list[dict[str, Any]], images: Sequence[Any]) -> list[dict[str, Any]]:
@@ -110,6 +117,7 @@ class OpenAIBackend:
         self.top_logprobs = top_logprobs
         self._logprobs_supported = top_logprobs > 0
         self.extra_body = dict(extra_body or {})
+        self._warned_large = False
 
     def _client(self, base_url: str | None = None) -> Any:
         """A client of one server; with several, its own retries are off (`Failover` moves a failed request)."""
@@ -234,9 +242,29 @@ class OpenAIBackend:
 
     def _sized(self, request: ChatRequest) -> list[Any]:
         """The request's images at the size to send: resized here only when no one has sized them yet."""
-        if request.images_fitted or not self.pixels:
+        if request.images_fitted:
+            return list(request.images)
+        if not self.pixels:
+            self._warn_if_large(request.images)
             return list(request.images)
         return [fit_pixels(image, **self.pixels.options()) for image in request.images]
+
+    def _warn_if_large(self, images: Sequence[Any]) -> None:
+        if self._warned_large:
+            return
+        for image in images:
+            width, height = getattr(image, "size", (0, 0))
+            if width * height > LARGE_IMAGE_PIXELS:
+                self._warned_large = True
+                logger.warning(
+                    "warning: an image of %d×%d (%.1f MP) goes to %s at full size, and the server shrinks it "
+                    "anyway: set --max-pixels (e.g. 1003520, 1280×28×28) to send images at the size the model uses",
+                    width,
+                    height,
+                    width * height / 1e6,
+                    self.base_url,
+                )
+                return
 
     async def _complete(
         self, client: Any, request: ChatRequest, params: SamplingParams, seed: int | None
@@ -309,3 +337,45 @@ def _reasoning_of(message: Any) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def endpoint_error(exc: BaseException) -> str | None:
+    """One line for a failed call to an OpenAI-compatible server, naming the server and the fix; `None` for any
+    other error.
+
+    What a user meets most with `vllm serve` is a server still loading its model, or a wrong port: the
+    client's retries end in `openai.APIConnectionError` ("Connection error."), which names neither. This
+    names the address, the cause and what to try; the command that failed resumes when run again.
+
+    >>> endpoint_error(ValueError("no")) is None
+    True
+    """
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - openai is a core dependency
+        return None
+    if not isinstance(exc, (openai.APIConnectionError, openai.APIStatusError)):
+        return None
+    request = getattr(exc, "request", None)
+    url = str(request.url) if request is not None else "the server"
+    root = url.split("/chat/completions")[0].split("/models")[0].split("/completions")[0]
+    if isinstance(exc, openai.APIStatusError):
+        detail = " ".join(str(exc.message).split())[:300]
+        hint = {
+            401: "check the API key (--api-key, $MRJUDGE_API_KEY or $OPENAI_API_KEY)",
+            403: "check the API key (--api-key, $MRJUDGE_API_KEY or $OPENAI_API_KEY)",
+            404: f"check the URL ends in /v1 and the model name is one `GET {root}/models` lists",
+        }.get(exc.status_code, "fix the request or the server, then run the same command again (it resumes)")
+        return f"{root} answered {exc.status_code} ({detail}): {hint}"
+    cause = exc.__cause__ or exc.__context__
+    why = (
+        "timed out"
+        if isinstance(exc, openai.APITimeoutError)
+        else (str(cause) or type(cause).__name__ if cause else "")
+    )
+    return (
+        f"cannot reach the model server at {root}"
+        + (f" ({why})" if why else "")
+        + f": is it still starting, or is the port wrong? `curl {root}/models` must answer; "
+        "then run the same command again (it resumes)"
+    )

@@ -181,7 +181,11 @@ class VLLMBackend:
     def _to_generation(request: ChatRequest, completion: Any, prompt_tokens: int = 0) -> Generation:
         text = completion.text
         steps = completion.logprobs
-        usage = dict(prompt_tokens=prompt_tokens, completion_tokens=len(completion.token_ids))
+        usage = dict(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(completion.token_ids),
+            finish_reason=getattr(completion, "finish_reason", None),  # vLLM's "stop" / "length", as served
+        )
         if not request.n_options or not steps:
             return Generation(text=text, **usage)
         pieces = [steps[i][tid].decoded_token or "" for i, tid in enumerate(completion.token_ids[: len(steps)])]

@@ -1,6 +1,6 @@
-"""The GPU checks' own code, on the CPU: the whole script on tiny shapes, and the pieces it decides with.
+"""The GPU checks' own code, on the CPU: the whole run on tiny shapes, and the pieces it decides with.
 
-`benchmarks/gpu_checks.py --device cpu` runs the same parts as the H200 run (docs/gpu.md) on shapes that
+`python -m benchmarks.gpu_checks --device cpu` runs the same parts as the H200 run (docs/gpu.md) on shapes that
 take seconds, so the script cannot rot between the rare sessions that are lent a GPU.
 """
 
@@ -9,19 +9,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from benchmarks.gpu_checks import (
-    PARTS,
-    chunk_option,
-    longest_prompt,
-    predicted_step_s,
-    same_kind,
-    verdict_problems,
-)
+from benchmarks.gpu_checks.kinds import same_kind, verdict_problems
+from benchmarks.gpu_checks.plans import PARTS, PLANS, SETTINGS
 from benchmarks.workers import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +26,7 @@ def test_cpu_mode_runs_every_part_and_writes_its_files(tmp_path):
     # ~55 s here with other jobs on the same 2 cores; the budget is the script's own guard, generous so a
     # loaded machine still finishes every part (it took 5 minutes under a load of 17).
     args = ("--device", "cpu", "--out", str(tmp_path), "--budget-s", "420")
-    line = run_benchmark("gpu_checks.py", *args, timeout=460, stderr_tail=3000)
+    line = run_benchmark("gpu_checks", *args, timeout=460, stderr_tail=3000)
     assert line["benchmark"] == "gpu_checks" and line["device"] == "cpu"
     assert set(line["parts"]) == set(PARTS)
     failed = {name: part.get("error") for name, part in line["parts"].items() if not part["ok"]}
@@ -59,7 +52,7 @@ def test_cpu_mode_runs_every_part_and_writes_its_files(tmp_path):
 
     # 3. Long prompts: every method measured, replay fits at least as long a prompt, gradients agree.
     long = json.loads((tmp_path / "long_prompts.json").read_text())
-    assert line["chunked_replay"] == ("present" if chunk_option() else "absent")
+    assert line["chunked_replay"] == "present"
     assert line["max_prompt_plain_g8"] > 0 and line["max_prompt_replay_g8"] > 0  # the ratio means something on a GPU
     assert line["replay_grad_cosine"] > 0.999999 and long["grad"]["replay_rel_l2"] < 1e-4
     probes = long["methods"]["replay"]["probes"]
@@ -84,58 +77,25 @@ def test_verdict_problems_names_missing_keys_and_bad_probabilities():
     assert "missing ['raw']" in verdict_problems([{k: v for k, v in good.items() if k != "raw"}])[0]
 
 
-class LinearProbe:
-    """A step whose peak memory is 100 + 2 MiB per token and whose time grows with the prompt."""
-
-    def __init__(self, fail_above: int | None = None) -> None:
-        self.calls: list[int] = []
-        self.fail_above = fail_above
-
-    def __call__(self, method: str, prompt: int) -> dict:
-        self.calls.append(prompt)
-        if self.fail_above and prompt > self.fail_above:
-            return {"method": method, "prompt": prompt, "ok": False, "oom": True}
-        return {"method": method, "prompt": prompt, "ok": True, "peak_mib": 100 + 2 * prompt, "step_s": 1e-4}
-
-
-def test_longest_prompt_climbs_to_the_cap_then_measures_the_estimate():
-    probe = LinearProbe()
-    found = longest_prompt(probe, "replay", [64, 256, 1024, 4096], cap=1000.0, deadline=time.time() + 60)
-    # 100 + 2 P <= 1000 -> P <= 450: 1024 is over the cap; the line through 64 and 256 gives 450, cut to 448.
-    assert found["first_over_cap"] == 1024 and found["limited_by"] == "cap"
-    assert found["estimate"] == 448 and found["estimate_verified"] and found["max_measured"] == 448
-    assert probe.calls == [64, 256, 1024, 448]
-
-
-def test_longest_prompt_stops_where_the_time_would_run_out():
-    slow = LinearProbe()
-    slow_probe = lambda method, prompt: {**slow(method, prompt), "step_s": 10.0}  # noqa: E731
-    found = longest_prompt(slow_probe, "plain", [64, 256, 1024], cap=1e9, deadline=time.time() + 30)
-    # The 256 step would take ~160 s (quadratic from 10 s at 64): not started.
-    assert slow.calls == [64] and found["limited_by"] == "time" and found["max_measured"] == 64
-
-
-def test_step_time_is_predicted_from_a_linear_plus_quadratic_fit():
-    step = lambda p: {"prompt": p, "ok": True, "step_s": 1e-3 * p + 1e-7 * p * p}  # noqa: E731
-    assert predicted_step_s([step(1000), step(2000)], 4000) == pytest.approx(5.6)
-    assert predicted_step_s([step(1000)], 4000) == pytest.approx(1.1 * 16)  # one point: quadratic, an upper bound
-
-
-def test_longest_prompt_counts_an_out_of_memory_step_as_over_the_cap():
-    found = longest_prompt(LinearProbe(fail_above=300), "plain", [64, 256, 1024], cap=1e9, deadline=time.time() + 60)
-    assert found["first_over_cap"] == 1024 and found["max_measured"] == 256
+def test_each_device_plans_every_setting_within_the_budget():
+    assert set(PLANS["cuda"]) == set(PLANS["cpu"]) == set(SETTINGS)
+    assert PLANS["cuda"]["budget_s"] < 8 * 60  # the issue asks for under 8 minutes on the GPU
+    for plan in PLANS.values():
+        assert sum(plan["shares"].values()) < 1 and set(plan["shares"]) < set(PARTS)  # long_prompts: the rest
+        assert plan["lp_search_start"] < plan["lp_search_limit"]
 
 
 def test_what_the_gpu_run_imports_needs_no_server_packages():
     # The H200 image has no fastapi, uvicorn, starlette or openai (docs/gpu.md): the CLI's parser, the
-    # training recipes and every module gpu_checks.py imports must load without them.
+    # training recipes and every module `benchmarks.gpu_checks` imports must load without them.
     code = """
 import sys
 for name in ("fastapi", "uvicorn", "starlette", "openai"):
     sys.modules[name] = None  # import fails as if it were not installed
 from mrjudge.cli import build_parser
 build_parser()
-import benchmarks.adapter_handoff, benchmarks.gpu_checks, benchmarks.judge_throughput, benchmarks.prefix_replay
+import benchmarks.adapter_handoff, benchmarks.gpu_checks.__main__, benchmarks.judge_throughput
+import benchmarks.prefix_replay.__main__
 import data_synthesis.pipeline, judge.backends.hf, training.grpo, training.replay, training.sft
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

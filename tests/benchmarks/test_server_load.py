@@ -1,41 +1,17 @@
-"""benchmarks/server_load.py: a server that writes a lot to stderr must not block on it, and the fault run's
-server summarises its refusals in the log instead of writing a line per request."""
+"""benchmarks.server_load: the fault run's server summarises its refusals in the log instead of writing a line
+per request, and the command line answers as it did."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+from pathlib import Path
 
-from benchmarks.server_load import fault_run, free_port, start_server, stop_server
+from benchmarks.server_load.bodies import BAD_KINDS, bad_request, good_request
+from benchmarks.server_load.faults import fault_run
 
-# Writes 256 KB to stderr (four times a pipe's buffer) before it serves `/health`: the fault run's server logs a
-# line per unscored `/get_reward` sample, and with stderr on an unread pipe it stalled once 64 KB were written.
-CHATTY_SERVER = """
-import http.server, sys
-for _ in range(4096):
-    sys.stderr.write("x" * 63 + "\\n")
-sys.stderr.flush()
-
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        sys.stderr.write("request\\n")
-
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
-"""
-
-
-def test_a_server_that_writes_much_to_stderr_comes_up_and_stops():
-    port = free_port()
-    process = start_server([sys.executable, "-c", CHATTY_SERVER, str(port)], port, timeout_s=60)
-    try:
-        assert process.poll() is None
-    finally:
-        stop_server(process)
-    assert process.returncode is not None
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_fault_run_gets_a_4xx_for_every_bad_request_and_its_server_logs_a_summary_not_a_line_each():
@@ -48,3 +24,18 @@ def test_the_fault_run_gets_a_4xx_for_every_bad_request_and_its_server_logs_a_su
     # The timed run's lines: one summary per reason at shutdown (the first of each was logged in the warm-up),
     # and uvicorn's own shutdown lines.
     assert faults["log_lines"] <= 12
+
+
+def test_every_bad_kind_has_a_request_and_the_good_ones_take_turns():
+    assert {good_request(i, "data:,")[0] for i in range(3)} == {"/v1/reward", "/v1/judge", "/get_reward"}
+    for kind in BAD_KINDS:
+        path, body, _ = bad_request(kind, "data:,", "data:,")
+        assert path.startswith("/") and body
+
+
+def test_the_module_runs_and_rejects_zero_rounds():
+    command = [sys.executable, "-m", "benchmarks.server_load"]
+    helped = subprocess.run([*command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "--skip-hostile" in helped.stdout
+    refused = subprocess.run([*command, "--efficiency-rounds", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--efficiency-rounds (0) must be >= 1" in refused.stderr

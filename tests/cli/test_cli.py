@@ -125,7 +125,7 @@ def test_bad_input_names_line_and_field(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "line 2: field 'candidates'" in err and "line 3: field 'question': missing" in err
-    assert "line 4: field 'image': file not found" in err
+    assert "line 4: field 'image': image file not found" in err
     assert not (tmp_path / "o.jsonl").exists()
 
 

@@ -265,7 +265,7 @@ def test_train_takes_flags_and_key_value_alike():
     """`mrjudge train` reads TRL's fields as flags, added when the stage runs; key=value is the same thing."""
     from mrjudge.train_cmd import _flags
 
-    from training.common import load_config
+    from training.config import load_config
     from training.sft import JudgeSFTConfig
 
     base = ["train", "sft", "model_name_or_path=m", "train_file=t.jsonl", "output_dir=o"]

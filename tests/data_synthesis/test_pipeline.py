@@ -145,3 +145,30 @@ def test_a_misspelt_stage_option_is_refused_before_any_work(tmp_path):
         run_negatives(tmp_path / "nowhere", tmp_path, batchsize=4)
     with pytest.raises(ValueError, match=r"--max-failed-fraction must be in \[0, 1\], got 2"):
         run_describe(tmp_path / "nowhere", tmp_path, max_failed_fraction=2)
+
+
+def test_every_stage_makes_the_model_or_scene_choice_alike(tmp_path):
+    """Each stage's kind is its model-free one or "model", and "model" needs a model: one check, one wording,
+    for the negatives generator, the describer, the reasoner, the rewriter and a `synth all` config."""
+    from data_synthesis.pipeline import SynthConfig, run_assemble, run_describe, run_distill, run_negatives
+    from data_synthesis.world import write_world
+
+    write_world(6, 0, tmp_path)
+    with pytest.raises(ValueError, match=r"^--generator must be 'scene' or 'model', got 'llm'$"):
+        run_negatives(tmp_path, tmp_path, generator="llm", show_progress=False)
+    with pytest.raises(ValueError, match=r"^--generator model needs --model \(a folder, hub id or server URL\)$"):
+        run_negatives(tmp_path, tmp_path, generator="model", show_progress=False)
+    run_negatives(tmp_path, tmp_path, show_progress=False)
+    with pytest.raises(ValueError, match=r"^--describer model needs --model$"):
+        run_describe(tmp_path, tmp_path, describer="model", show_progress=False)
+    run_describe(tmp_path, tmp_path, show_progress=False)
+    run_assemble(tmp_path, tmp_path)
+    with pytest.raises(ValueError, match=r"^--reasoner model needs --reasoner-model$"):
+        run_distill(tmp_path, tmp_path, reasoner="model", show_progress=False)
+    with pytest.raises(ValueError, match=r"^--rewriter must be 'rules' or 'model', got 'scene'$"):
+        run_distill(tmp_path, tmp_path, rewriter="scene", show_progress=False)
+    with pytest.raises(ValueError, match=r"^--rewriter model needs --rewriter-model \(or --reasoner-model\)$"):
+        run_distill(tmp_path, tmp_path, rewriter="model", show_progress=False)
+    with pytest.raises(ValueError, match=r"^describer must be 'scene' or 'model', got 'human'$"):
+        SynthConfig(describer="human")
+    assert not (tmp_path / "distilled.jsonl").exists()  # every refusal came before any work

@@ -16,7 +16,7 @@ from PIL import Image
 
 from data_synthesis.assemble import to_sft_example
 from data_synthesis.pipeline import SynthConfig, load_rows
-from data_synthesis.sources import load_sft_records, write_records
+from data_synthesis.sources import FieldMap, load_sft_records, write_records
 from jobs.jsonl import InputError, read_jsonl
 from judge.images import load_image
 from judge.types import DataError
@@ -280,10 +280,11 @@ def test_dataset_config_name_through_the_real_load_dataset(tmp_path, monkeypatch
         "---\nconfigs:\n- config_name: easy\n  data_files: easy/*.parquet\n"
         "- config_name: hard\n  data_files: hard/*.parquet\n---\n"
     )
-    (record,) = load_sft_records(folder, out_dir=tmp_path / "out", dataset_config="hard")
+    text_only = FieldMap(text_only=True)  # a question/answer set without images, said so
+    (record,) = load_sft_records(folder, out_dir=tmp_path / "out", dataset_config="hard", fields=text_only)
     assert record.answer == "No."
     with pytest.raises(InputError, match="nope"):
-        list(load_sft_records(folder, out_dir=tmp_path / "out", dataset_config="nope"))
+        list(load_sft_records(folder, out_dir=tmp_path / "out", dataset_config="nope", fields=text_only))
 
 
 def test_revision_on_a_local_file_is_refused(tmp_path):
@@ -302,6 +303,8 @@ def test_synth_all_takes_the_source_options(tmp_path):
         negatives_generator="model",
         describer="model",
         reasoner="model",
+        model={"model": "runs/mllm"},
+        reasoner_model={"model": "http://127.0.0.1:8000/v1"},
         split="validation",
         dataset_config="en",
         revision="abc123",

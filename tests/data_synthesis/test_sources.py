@@ -39,6 +39,9 @@ def write_jsonl(path, rows):
     return path
 
 
+TEXT_ONLY = FieldMap(text_only=True)  # a flat set without images says so; otherwise a row with no image column is bad
+
+
 def load(source, out_dir, **kwargs):
     return list(load_sft_records(source, out_dir=out_dir, **kwargs))
 
@@ -85,7 +88,7 @@ def test_image_inside_out_dir_is_referenced_relative_to_it(tmp_path):
 
 def test_text_only_rows_and_limit(tmp_path):
     source = write_jsonl(tmp_path / "t.jsonl", [{"question": f"Q{i}?", "answer": f"A{i}."} for i in range(5)])
-    records = load(source, tmp_path / "out", limit=2)
+    records = load(source, tmp_path / "out", limit=2, fields=TEXT_ONLY)
     assert [(r.id, r.image) for r in records] == [("t-0", None), ("t-1", None)]
 
 
@@ -125,7 +128,7 @@ def test_llava_json_multi_turn_becomes_one_record_per_turn(tmp_path):
 def test_json_list_of_plain_objects_reads_like_jsonl(tmp_path):
     source = tmp_path / "plain.json"
     source.write_text(json.dumps([{"instruction": "Q?", "output": "A."}]))
-    (record,) = load(source, tmp_path / "out")
+    (record,) = load(source, tmp_path / "out", fields=TEXT_ONLY)
     assert (record.id, record.question, record.answer) == ("plain-0", "Q?", "A.")
 
 
@@ -203,7 +206,7 @@ def test_local_data_folder_goes_through_load_dataset_offline(tmp_path, offline):
     folder = tmp_path / "folder"
     folder.mkdir()
     pq.write_table(pa.table({"prompt": ["Q0?", "Q1?"], "gt_answer": ["A0.", "A1."]}), folder / "train-0.parquet")
-    records = load(folder, tmp_path / "out")
+    records = load(folder, tmp_path / "out", fields=TEXT_ONLY)
     assert [(r.id, r.question, r.answer, r.source) for r in records] == [
         ("folder-0", "Q0?", "A0.", "folder"),
         ("folder-1", "Q1?", "A1.", "folder"),
@@ -218,8 +221,10 @@ def test_hub_ids_keep_the_real_load_dataset_call(tmp_path, monkeypatch):
         return datasets.Dataset.from_dict({"question": ["Q?"], "answer": ["A."]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    (record,) = load("lmms-lab/some-dataset", tmp_path / "out", split="test")
-    load("lmms-lab/some-dataset", tmp_path / "out", split="test", dataset_config="en", revision="v1.0")
+    (record,) = load("lmms-lab/some-dataset", tmp_path / "out", split="test", fields=TEXT_ONLY)
+    load(
+        "lmms-lab/some-dataset", tmp_path / "out", split="test", dataset_config="en", revision="v1.0", fields=TEXT_ONLY
+    )
     assert calls == [("lmms-lab/some-dataset", None, "test", None), ("lmms-lab/some-dataset", "en", "test", "v1.0")]
     assert (record.id, record.source) == ("lmms-lab/some-dataset-0", "lmms-lab/some-dataset")
 
@@ -247,8 +252,8 @@ def test_missing_answer_names_line_field_and_columns(tmp_path):
     with pytest.raises(DataError) as info:
         load(source, tmp_path / "out", fields=FieldMap(question="q"))
     assert str(info.value) == (
-        f"{source} line 1: field 'answer': missing — set --answer-field to the column that holds "
-        "the reference answer (columns here: ['q', 'a', 'img'])"
+        f"{source} line 1: field 'answer': missing — set --answer-field (synth all: fields.answer=…) to the "
+        "column that holds the reference answer (columns here: ['q', 'a', 'img'])"
     )
     with pytest.raises(DataError, match=r"line 4: field 'answer': column 'a' not in the row .*\['q', 'img'\]"):
         load(source, tmp_path / "out", fields=FieldMap(question="q", answer="a"))
@@ -279,7 +284,7 @@ def test_present_but_empty_image_is_not_silently_text_only(tmp_path):
 def test_duplicate_ids_are_an_error(tmp_path):
     source = write_jsonl(tmp_path / "d.jsonl", [{"id": 1, "question": "Q?", "answer": "A."}] * 2)
     with pytest.raises(DataError, match=r"line 2: field 'id': duplicate id '1'"):
-        load(source, tmp_path / "out")
+        load(source, tmp_path / "out", fields=TEXT_ONLY)
 
 
 @pytest.mark.parametrize("source", ["nowhere/../missing.jsonl", "missing.parquet", "/definitely/not/here"])
@@ -307,7 +312,7 @@ def test_write_records_reports_the_bad_rows_and_writes_nothing(tmp_path):
     rows = [{"question": "Q?"}, {"question": "Q?", "answer": "A."}, {"answer": "A."}]
     source = write_jsonl(tmp_path / "d.jsonl", rows)
     with pytest.raises(InputError) as info:
-        write_records(source, tmp_path / "out")
+        write_records(source, tmp_path / "out", fields=TEXT_ONLY)
     message = str(info.value)
     assert message.startswith(f"{source}: 2 of 3 rows are bad (66.7%), above --max-bad-fraction 0.05")
     assert "line 1: field 'answer': missing" in message and "line 3: field 'question': missing" in message

@@ -19,7 +19,7 @@ from mrjudge.cli import main
 
 from data_synthesis.pipeline import ModelSpec, SynthConfig, run_distill
 from data_synthesis.sampling import DEFAULTS, row_seed, sampling_for
-from data_synthesis.stages import TooManyFailures
+from data_synthesis.stage_runner import TooManyFailures
 from data_synthesis.thinking import read_reply
 from jobs.jsonl import read_jsonl, write_jsonl_atomic
 from judge.backends.base import Generation

@@ -92,7 +92,7 @@ def test_vl_rewardbench_official_mode_over_http_counts_unparsed(parrot_loaded, t
 def test_scoring_a_predictions_file_gives_exact_metrics(tmp_path):
     data = write_vlrb_jsonl(tmp_path)
     preds = tmp_path / "preds.jsonl"
-    values = [0, 0, None, 0, 1, 1, 0, 0]  # hand-scored in test_vl_rewardbench.test_metrics_by_hand
+    values = [0, 0, None, 0, 1, 1, 0, 0]  # hand-scored in vl_rewardbench/test_readings.test_metrics_by_hand
     ids = [json.loads(line)["id"] for line in data.read_text().splitlines()]
     preds.write_text("".join(json.dumps({"id": i, "pred": p}) + "\n" for i, p in zip(ids, values)))
     assert _eval("vl-rewardbench", data, tmp_path / "out", "--predictions", str(preds)) == 0

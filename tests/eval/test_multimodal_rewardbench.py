@@ -50,6 +50,8 @@ def test_metrics_by_hand_with_seeded_coins(items):
     assert (m["accuracy_reasoning_math"], m["accuracy_reasoning_coding"], m["accuracy_vqa"]) == (1.0, 1.0, 0.0)
     assert m["accuracy_open_generation_correctness_task"] == 1.0
     assert score(items, rows) == m  # the coins are seeded per item
+    with pytest.raises(InputError, match=f"the predictions cover 6 of {len(items)} rows; 2 row"):
+        score(items, rows[:6])  # a figure on part of the set is not the benchmark's
 
 
 def test_official_protocol_end_to_end_with_a_scripted_judge(items):

@@ -19,7 +19,7 @@ import pytest
 from tests.frameworks.conftest import REPO, VERSIONS, run_driver
 from tests.support import framework_rollouts as rollouts
 from tests.support.reward_server import running
-from tests.support.scripted_judge import ScoredRuleBackend
+from tiny_world.rule_judge import ScoredRuleBackend
 
 # One subprocess that imports OpenRLHF and runs four rollouts: ~15 s on 2 cores, 5 s of it OpenRLHF's own
 # retry loop against a dead server (not `slow`: under ~30 s).

@@ -29,7 +29,7 @@ from tests.support.framework_rollouts import (
     write_images,
 )
 from tests.support.reward_server import running
-from tests.support.scripted_judge import ScoredRuleBackend
+from tiny_world.rule_judge import ScoredRuleBackend
 
 # One subprocess that imports verl and runs six rollouts: ~15 s on 2 cores, 4 s of it two judge outages
 # (not `slow`: under ~30 s).

@@ -34,7 +34,7 @@ from judge.types import MCItem
 from reward_server import ServerConfig, create_app
 from reward_server.background import serve_in_thread
 from tests.support.images import CAP, PHOTO, photo, visual_tokens
-from tests.support.scripted_judge import RuleJudgeBackend
+from tiny_world.rule_judge import RuleJudgeBackend
 from tiny_world.servers.openai_server import make_app
 from tiny_world.servers.openai_server import serve as serve_openai
 

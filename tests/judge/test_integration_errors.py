@@ -21,7 +21,7 @@ from judge.reward.planner import NEUTRAL_REWARD
 from judge.reward.wire import RewardRefused, RewardUnavailable
 from tests.support.integration_files import load_openrlhf_file
 from tests.support.reward_server import running
-from tests.support.scripted_judge import ScoredRuleBackend
+from tiny_world.rule_judge import ScoredRuleBackend
 
 QUESTION = "What colour is the picture?"
 

@@ -1,6 +1,6 @@
 """`POST /get_reward` as OpenRLHF calls it, one sample per request: groups are held until whole, on loopback.
 
-Exact rewards come from the rule judge (`tests.support.scripted_judge`: the candidate with the highest
+Exact rewards come from the rule judge (`tiny_world.rule_judge`: the candidate with the highest
 `score=N` wins; `abstain` makes it write no answer, an unparsed verdict).
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from judge.judging import JudgeConfig
 from tests.support.reward_server import serving
-from tests.support.scripted_judge import RuleJudgeBackend
+from tiny_world.rule_judge import RuleJudgeBackend
 
 PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Best?<|im_end|>\n<|im_start|>assistant\n"
 

@@ -1,6 +1,6 @@
 """The reward server on a real loopback port: endpoints, auth, limits, batching, overload, shutdown.
 
-Exact rewards come from the rule judge (`tests.support.scripted_judge`: it picks the candidate with the
+Exact rewards come from the rule judge (`tiny_world.rule_judge`: it picks the candidate with the
 highest `score=N` tag); the end-to-end tests go through the tiny parrot judge and `mrjudge serve`.
 """
 
@@ -18,11 +18,11 @@ import uvicorn
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.server_load import png_claiming
+from benchmarks.server_load.bodies import png_claiming
 from judge.judging import Judge, JudgeConfig
 from reward_server import ServerConfig, create_app
 from tests.support.reward_server import data_url, free_port, mrjudge_serve, running, serving
-from tests.support.scripted_judge import SlowRuleBackend
+from tiny_world.rule_judge import SlowRuleBackend
 
 KEY = "s3cret-key"
 

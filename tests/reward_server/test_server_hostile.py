@@ -29,7 +29,7 @@ from PIL import Image
 
 from reward_server import ServerConfig
 from tests.support.reward_server import free_port, running, wait_healthy
-from tests.support.scripted_judge import SlowRuleBackend
+from tiny_world.rule_judge import SlowRuleBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = dict(

@@ -251,6 +251,7 @@ def trainer(model_dir: Path, tmp_path: Path, *, lora: bool = False, **overrides)
     from trl import GRPOConfig
 
     import judge.backends.hf_compat  # noqa: F401
+    from tests.support.training import CPU_RUN
     from training.replay_trainer import ReplayGRPOTrainer
 
     processor = AutoProcessor.from_pretrained(model_dir)
@@ -259,9 +260,8 @@ def trainer(model_dir: Path, tmp_path: Path, *, lora: bool = False, **overrides)
     prompts = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Colour?" + " Sure?" * i}]}]
                for i in range(3)]  # fmt: skip
     data = datasets.Dataset.from_dict({"prompt": prompts, "images": [[im] for im in images]})
-    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=9,
-                   num_generations=3, max_completion_length=8, max_steps=1, disable_tqdm=True, logging_steps=1,
-                   beta=0.04, num_iterations=2, temperature=0.9, seed=0)  # fmt: skip
+    options = dict(output_dir=str(tmp_path), **CPU_RUN, per_device_train_batch_size=9, num_generations=3,
+                   max_completion_length=8, max_steps=1, beta=0.04, num_iterations=2, temperature=0.9)  # fmt: skip
     options.update(overrides)
     peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]) if lora else None
     torch.manual_seed(0)
@@ -283,7 +283,8 @@ torch.set_num_threads(1)
 import datasets
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
-from training.common import close_process_group
+from tests.support.training import CPU_RUN
+from training.recipe import close_process_group
 from training.replay_trainer import ReplayGRPOTrainer
 
 path, out = sys.argv[1], sys.argv[2]
@@ -291,9 +292,9 @@ prompt_chunk = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 tokenizer = AutoTokenizer.from_pretrained(path)
 tokenizer.padding_side = "left"
 data = datasets.Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count to {i}, one by one."}] for i in range(8)]})
-config = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
-                    num_generations=4, max_completion_length=8, max_steps=2, gradient_accumulation_steps=2,
-                    disable_tqdm=True, save_strategy="no", learning_rate=1e-3, seed=0)
+config = GRPOConfig(output_dir=out, **CPU_RUN, per_device_train_batch_size=4, num_generations=4,
+                    max_completion_length=8, max_steps=2, gradient_accumulation_steps=2, save_strategy="no",
+                    learning_rate=1e-3)
 trainer = ReplayGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), args=config,
                             reward_funcs=[lambda completions, **kw: [len(c[0]["content"]) % 5 / 4 for c in completions]],
                             train_dataset=data, processing_class=tokenizer)
@@ -330,9 +331,10 @@ close_process_group()
 """
 
 
-def run_two_ddp_processes(model_dir: Path, tmp_path: Path, prompt_chunk: int = 0) -> None:
+def assert_two_ddp_processes_agree(model_dir: Path, tmp_path: Path, prompt_chunk: int = 0) -> None:
     """Two CPU processes under torchrun train 2 replayed GRPO steps (accumulation 2, `prompt_chunk` tokens per
-    chunk, 0: whole prompts); every gradient sync must average the ranks' gradients exactly."""
+    chunk, 0: whole prompts) and must agree: every gradient sync averages the ranks' (different) gradients
+    exactly, both end with the same weights, and the prompts went in chunks exactly when asked."""
     from judge.loopback import free_port
 
     script = tmp_path / "ddp.py"

@@ -1,6 +1,6 @@
 """A stand-in for `mrjudge serve`'s `POST /v1/reward`, for the policy-reward tests (tests/judge, tests/training).
 
-It calls `judge.reward.scoring.compute_rewards` on a rule judge (`tests.support.scripted_judge`), with switches
+It calls `judge.reward.scoring.compute_rewards` on a rule judge (`tiny_world.rule_judge`), with switches
 in a shared `state` dict to answer 503 to the first N calls, 500 to prompts carrying `ALWAYS_500`, hold answers
 back, and demand an API key; it records request bodies, image sizes and the most requests in flight at once.
 """
@@ -17,7 +17,7 @@ from judge.images import load_image
 from judge.judging import Judge, JudgeConfig
 from judge.reward.scoring import RewardRequest, compute_rewards
 from judge.types import DataError
-from tests.support.scripted_judge import RuleJudgeBackend
+from tiny_world.rule_judge import RuleJudgeBackend
 
 ALWAYS_500 = "[always-500]"
 """A prompt carrying this marker is answered 500 by the stand-in, every time."""

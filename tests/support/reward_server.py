@@ -1,6 +1,6 @@
 """The reward server for tests: in this process on a free loopback port, or as `mrjudge serve` in a subprocess.
 
-with running(max_wait_ms=5) as (url, backend): ...       # the rule judge (`scripted_judge`), in a thread
+with running(max_wait_ms=5) as (url, backend): ...       # the rule judge (`tiny_world.rule_judge`), in a thread
 with mrjudge_serve("--model", str(model_dir)) as url: ...  # the CLI; SIGTERM and a clean exit on the way out
 """
 
@@ -21,7 +21,7 @@ from judge.judging import Judge, JudgeConfig
 from judge.loopback import free_port, wait_until_ready
 from reward_server import ServerConfig, create_app
 from reward_server.background import serve_in_thread
-from tests.support.scripted_judge import SlowRuleBackend
+from tiny_world.rule_judge import SlowRuleBackend
 
 
 @contextmanager

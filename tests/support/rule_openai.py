@@ -1,4 +1,4 @@
-"""The rule judge (`tests.support.scripted_judge`) behind a real OpenAI chat-completions server on loopback.
+"""The rule judge (`tiny_world.rule_judge`) behind a real OpenAI chat-completions server on loopback.
 
 What `vllm serve` is to `mrjudge serve --model http://…/v1`, for tests that need several judge endpoints
 and cannot afford a model each: it answers the judge's MC prompt for the candidate with the highest
@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from reward_server.background import serve_in_thread
-from tests.support.scripted_judge import CANDIDATE, SCORE
+from tiny_world.rule_judge import CANDIDATE, SCORE
 from tiny_world.servers.wire import chat_completion, last_message_text, serve_model_list
 
 MODEL_NAME = "rule-judge"

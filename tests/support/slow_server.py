@@ -13,7 +13,7 @@ import argparse
 from judge.judging import Judge, JudgeConfig
 from reward_server import ServerConfig, create_app
 from reward_server.run import run_server
-from tests.support.scripted_judge import SlowRuleBackend
+from tiny_world.rule_judge import SlowRuleBackend
 
 
 def main() -> None:

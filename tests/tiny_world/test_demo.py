@@ -164,6 +164,23 @@ def test_changed_budget_reruns_only_the_stages_it_affects(demo, tmp_path):
     assert not (out / "best_of_n" / "stale.txt").exists()
 
 
+@pytest.mark.slow
+def test_the_paths_the_quick_preset_skips_read_only_hashed_fields(tmp_path):
+    """Every stage reads the config through a window that refuses a field its hash does not cover
+    (`tiny_world.demo.stages.hashed`). The quick demo takes most paths; these are the rest: the full demo's
+    judge budget (the trace layout's, which reads `reasoner_style`; `diff`'s is the shortest) and each
+    skipped warm-up, pool, judge GRPO and policy GRPO."""
+    out = tmp_path / "run"
+    layout = ["judge_max_new_tokens=null", "reasoner_style=diff"]
+    skips = ["vision_warmup_steps=0", "pool_n=0", "grpo_max_steps=0", "policy_max_steps=0", "policy_oracle_arm=false"]
+    assert main(["demo", "--out", str(out), "--quick", *layout, *skips]) == 0
+    assert set(_statuses(out).values()) == {"ran"}
+    figures = {name: record["figures"] for name, record in _summary(out)["stages"].items()}
+    assert figures["warmup"]["steps"] == 0 and figures["pool"]["skipped"] and figures["grpo"]["skipped"]
+    assert figures["policy"]["steps"] == 0 and figures["policy"]["oracle_gain"] is None
+    assert _summary(out)["headline"]["judge_grpo_gain"] == 0  # no GRPO: the SFT judge is evaluated
+
+
 def test_a_stage_hash_covers_everything_upstream():
     """Changing the SFT budget invalidates SFT and every stage that reads its output, nothing before it."""
 

@@ -136,7 +136,7 @@ def test_vision_sensitivity_sees_a_collapsed_vision_tower(tiny_vlm_dir, tmp_path
 def test_description_examples_join_the_training_file(data, tmp_path):
     import shutil
 
-    from data_synthesis.pipeline import write_sft_examples
+    from data_synthesis.assemble import write_sft_examples
     from jobs.jsonl import read_jsonl
     from tiny_world.recipe import DESCRIBE_PROMPT
     from training.data import load_sft_dataset

@@ -14,6 +14,14 @@ def synth_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """World records as `write_world` writes them: {"id", "image", "question", "answer", "source"}, 56x56 images."""
+    from data_synthesis.world import write_world
+
+    return write_world(12, 0, tmp_path_factory.mktemp("world"), size=56) / "records.jsonl"
+
+
+@pytest.fixture(scope="module")
 def one_thread():
     """One intra-op thread for a module (`pytestmark = pytest.mark.usefixtures("one_thread")`): the tiny models'
     matrices are far too small to share, and it does not stall when another process holds the other core."""

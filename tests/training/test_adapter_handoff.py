@@ -15,9 +15,9 @@ from judge.backends.hf import TransformersBackend
 from judge.backends.openai_http import OpenAIBackend
 from judge.models import LoadedModel, load_model
 from tests.support.adapters import lora_model
-from tests.support.training import sft_config
+from tests.support.training import CPU_LOAD, sft_config
 from tiny_world.servers.openai_server import make_app, serve
-from training.common import load_config
+from training.config import load_config
 from training.handoff import AdapterHandoff
 from training.policy import JudgePolicyGRPOConfig
 from training.sft import run_sft
@@ -114,6 +114,6 @@ def test_openai_backend_loads_and_answers_through_runtime_adapters(tiny_lm_dir, 
 
 def test_policy_config_checks_what_the_handoff_needs(tiny_lm_dir, tmp_path):
     common = [f"model_name_or_path={tiny_lm_dir}", "train_file=x.jsonl", f"output_dir={tmp_path}",
-              "reward.model=x", "use_cpu=true", "bf16=false", "num_generations=2", "per_device_train_batch_size=2"]  # fmt: skip
+              "reward.model=x", "num_generations=2", "per_device_train_batch_size=2", *CPU_LOAD]  # fmt: skip
     with pytest.raises(ValueError, match="set use_lora=true, use_vllm=true and vllm_mode=server"):
         load_config(JudgePolicyGRPOConfig, None, [*common, "adapter_handoff=true", "use_lora=true"])

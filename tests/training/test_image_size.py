@@ -10,13 +10,12 @@ from __future__ import annotations
 import pytest
 
 from judge.models import load_processor
-from tests.support.training import grpo_config
-from training.common import load_config
+from tests.support.training import CPU, grpo_config
+from training.config import load_config
 from training.grpo import build_grpo_trainer
 from training.policy import JudgePolicyGRPOConfig, build_policy_trainer
 from training.sft import JudgeSFTConfig, build_sft_trainer, run_sft
 
-CPU = ["use_cpu=true", "bf16=false", "report_to=none", "disable_tqdm=true", "seed=0", "save_strategy=no"]
 CAP = 3136
 
 
@@ -35,7 +34,8 @@ def test_sft_batches_with_max_pixels_and_saves_it(tiny_vlm_dir, synth_data, tmp_
             JudgeSFTConfig,
             None,
             [f"model_name_or_path={tiny_vlm_dir}", f"train_file={synth_data / 'sft' / 'train.jsonl'}",
-             f"output_dir={tmp_path}", "per_device_train_batch_size=2", "max_length=null", "max_steps=1", *CPU, *extra],
+             f"output_dir={tmp_path}", "per_device_train_batch_size=2", "max_length=null", "max_steps=1",
+             "save_strategy=no", *CPU, *extra],
         )  # fmt: skip
 
     capped = config(f"max_pixels={CAP}")
@@ -63,7 +63,7 @@ def test_judge_grpo_and_policy_grpo_take_it_too(tiny_vlm_dir, synth_data, tmp_pa
         None,
         [f"model_name_or_path={tiny_vlm_dir}", f"train_file={world}", f"output_dir={tmp_path}",
          "reward.url=http://judge:8000", "per_device_train_batch_size=4", "num_generations=4",
-         "max_completion_length=8", "use_vllm=false", f"max_pixels={CAP}", *CPU],
+         "max_completion_length=8", "use_vllm=false", f"max_pixels={CAP}", "save_strategy=no", *CPU],
     )  # fmt: skip
     trainer = build_policy_trainer(policy)
     assert _longest_edge(trainer.processing_class) == CAP

@@ -12,16 +12,7 @@ replica starts (~5 s each: the server's warm-up imports transformers' image code
 
 from __future__ import annotations
 
-import pytest
-
 from benchmarks.judge_outage import COMPLETIONS_PER_STEP, RETRY, run_scenario
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    from data_synthesis.world import write_world
-
-    return write_world(12, 0, tmp_path_factory.mktemp("world"), size=56) / "records.jsonl"
 
 
 def test_two_replicas_one_killed_and_restarted_mid_run(tiny_lm_dir, world, tmp_path):

@@ -53,7 +53,8 @@ def _write(path, rows):
 
 
 def test_sft_images_decode_per_batch_while_training(tiny_vlm_dir, tmp_path, decodes, caplog):
-    from training.common import load_config
+    from tests.support.training import CPU
+    from training.config import load_config
     from training.sft import JudgeSFTConfig, build_sft_trainer
 
     examples = [to_sft_example(item, "<think>It is blue.</think><answer>A</answer>") for item in _items(tmp_path, 2)]
@@ -69,8 +70,7 @@ def test_sft_images_decode_per_batch_while_training(tiny_vlm_dir, tmp_path, deco
         JudgeSFTConfig,
         None,
         [f"model_name_or_path={tiny_vlm_dir}", f"train_file={path}", f"output_dir={tmp_path / 'out'}",
-         "max_steps=2", "per_device_train_batch_size=2", "save_strategy=no", "use_cpu=true", "bf16=false",
-         "report_to=none", "max_length=null", "disable_tqdm=true", "seed=0"],
+         "max_steps=2", "per_device_train_batch_size=2", "save_strategy=no", "max_length=null", *CPU],
     )  # fmt: skip
     trainer = build_sft_trainer(config)
     trainer.train()

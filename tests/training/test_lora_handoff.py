@@ -18,8 +18,8 @@ from mrjudge.cli import main
 from safetensors.torch import load_file
 
 from tests.support.reward_server import mrjudge_serve
+from tests.support.training import CPU
 
-CPU = ["use_cpu=true", "bf16=false", "report_to=none", "logging_steps=1", "disable_tqdm=true", "seed=0"]
 JUDGE = ["--device", "cpu", "--max-new-tokens", "12", "--orders", "1", "--batch-size", "4"]
 
 
@@ -199,7 +199,7 @@ def test_judge_grpo_from_the_merged_folder(merged, tiny_vlm_dir, synth_data, tmp
 
 @pytest.mark.slow  # 40 s under load (7 agents on 2 cores)
 def test_judge_grpo_continues_the_sft_adapter(sft_adapter, tiny_vlm_dir, synth_data, items, tmp_path):
-    from training.common import load_config
+    from training.config import load_config
     from training.grpo import JudgeGRPOConfig, build_grpo_trainer
 
     out = tmp_path / "grpo-lora"

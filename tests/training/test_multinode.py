@@ -82,7 +82,7 @@ def _run_all(commands: list[list[str]], timeout: float = 300) -> None:
 def test_two_process_sft_ends_with_identical_weights(layout, tiny_vlm_dir, synth_data, tmp_path):
     from transformers import AutoModelForImageTextToText
 
-    from training.common import parameter_fingerprint
+    from training.rank_fingerprints import parameter_fingerprint
 
     out = tmp_path / "sft"
     _run_all(_launches(layout, _sft_args(tiny_vlm_dir, synth_data, out)))

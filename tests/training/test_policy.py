@@ -1,4 +1,5 @@
-"""Policy GRPO with the judge as reward: prompt data, config checks, both recipes, and real GRPO steps.
+"""Policy GRPO with the judge as reward: prompt data, config checks and real GRPO steps (its recipes build in
+test_recipes.py).
 
 The steps run a tiny policy on the synthetic world with the judge in process (an untrained tiny judge,
 so every completion of a group of 4 gets exactly 1/4: it never writes an answer) and over HTTP (the
@@ -18,31 +19,19 @@ from transformers import TrainerCallback
 
 from judge.reward import (
     AsyncHttpJudgeReward,
-    GroupedJudgeReward,
     HttpRewardSpec,
     InProcessJudgeReward,
     RetryPolicy,
 )
 from judge.types import DataError
 from tests.support.reward_app import fresh_state, make_reward_app
+from tests.support.training import CPU_GRPO_RECIPE
 from tiny_world.servers.openai_server import serve
-from training.common import load_config
+from training.config import load_config
 from training.policy import JudgePolicyGRPOConfig, build_policy_trainer, load_prompt_dataset
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-RECIPES = sorted(CONFIGS.glob("policy_*.yaml"))
-CPU = ["use_cpu=true", "bf16=false", "activation_checkpointing=false", "use_vllm=false", "report_to=none",
-       "disable_tqdm=true", "seed=0"]  # fmt: skip
-SMALL = ["per_device_train_batch_size=8", "num_generations=4", "max_completion_length=8", "logging_steps=1",
-         "learning_rate=0.001"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """World records as `write_world` writes them: {"id", "image", "question", "answer", "source"}."""
-    from data_synthesis.world import write_world
-
-    return write_world(12, 0, tmp_path_factory.mktemp("world"), size=56) / "records.jsonl"
+SMALL = ["per_device_train_batch_size=8", "num_generations=4", "max_completion_length=8", "learning_rate=0.001"]
 
 
 class Logs(TrainerCallback):
@@ -91,7 +80,9 @@ def test_prompt_files_take_text_or_messages_and_explain_bad_rows(tmp_path):
 
 def _config(*overrides: str) -> JudgePolicyGRPOConfig:
     return load_config(
-        JudgePolicyGRPOConfig, None, ["model_name_or_path=m", "train_file=t", "output_dir=o", *CPU, *overrides]
+        JudgePolicyGRPOConfig,
+        None,
+        ["model_name_or_path=m", "train_file=t", "output_dir=o", *CPU_GRPO_RECIPE, *overrides],
     )
 
 
@@ -137,7 +128,9 @@ def test_config_builds_the_reward_function(monkeypatch):
 
 
 def test_dotted_overrides_go_into_the_recipes_reward():
-    config = load_config(JudgePolicyGRPOConfig, CONFIGS / "policy_grpo_tiny.yaml", ["reward.judge.orders=1", *CPU])
+    config = load_config(
+        JudgePolicyGRPOConfig, CONFIGS / "policy_grpo_tiny.yaml", ["reward.judge.orders=1", *CPU_GRPO_RECIPE]
+    )
     assert config.reward_spec.judge == {"orders": 1, "max_new_tokens": 96}  # the YAML's other key kept
     assert config.reward == config.reward_spec.to_dict()  # every key's final value, as the run folder saves it
 
@@ -155,27 +148,10 @@ def test_the_old_flat_judge_keys_still_work_with_a_warning():
         url="http://judge:8000", mode="pairwise", retry=RetryPolicy(timeout_s=300)
     )
     # The tiny recipe's in-process judge swapped for a server, as its header used to say.
-    switch = ["judge_model=null", "judge_server_url=http://judge:8000", "judge_backoff_s=0.5", *CPU]
+    switch = ["judge_model=null", "judge_server_url=http://judge:8000", "judge_backoff_s=0.5", *CPU_GRPO_RECIPE]
     with pytest.warns(FutureWarning, match="judge_model → reward.model"):
         config = load_config(JudgePolicyGRPOConfig, CONFIGS / "policy_grpo_tiny.yaml", switch)
     assert config.reward_spec.url == "http://judge:8000" and config.reward_spec.retry.backoff_s == 0.5
-
-
-@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
-def test_recipe_builds_its_trainer(path, tiny_vlm_dir, world, tmp_path):
-    assert path.read_text().startswith("#"), "each recipe opens with its launch command"
-    overrides = [f"model_name_or_path={tiny_vlm_dir}", f"train_file={world}", f"output_dir={tmp_path}", *CPU]
-    if "eval_file" in path.read_text():
-        overrides.append(f"eval_file={world}")
-    trainer = build_policy_trainer(load_config(JudgePolicyGRPOConfig, path, overrides))
-    [reward] = trainer.reward_funcs
-    assert isinstance(reward, GroupedJudgeReward) and reward.mode == "listwise"
-    assert {"prompt", "images", "answer"} <= set(trainer.train_dataset.column_names)
-    assert ("7b" in path.name) == isinstance(reward, AsyncHttpJudgeReward)  # the 7B recipe uses a server
-
-
-def test_recipes_exist():
-    assert {p.name for p in RECIPES} == {"policy_grpo_tiny.yaml", "policy_grpo_qwen2_5_vl_7b.yaml"}
 
 
 def test_help_fields_lists_the_judge_fields(capsys):
@@ -193,7 +169,7 @@ def test_two_steps_with_the_judge_in_process_from_the_cli(tiny_vlm_dir, world, t
     out = tmp_path / "policy"
     args = ["train", "policy", "--config", str(CONFIGS / "policy_grpo_tiny.yaml"), f"model_name_or_path={tiny_vlm_dir}",
             f"reward.model={tiny_vlm_dir}", "reward.judge.max_new_tokens=8", f"train_file={world}", f"output_dir={out}",
-            "max_steps=2", "save_steps=2", *SMALL, *CPU]  # fmt: skip
+            "max_steps=2", "save_steps=2", *SMALL, *CPU_GRPO_RECIPE]  # fmt: skip
     assert main(args) == 0
     assert "trained 2 steps" in capsys.readouterr().out
     logs = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
@@ -220,7 +196,7 @@ def test_two_steps_against_a_reward_server_that_fails_once(policy, tiny_vlm_dir,
             CONFIGS / "policy_grpo_qwen2_5_vl_7b.yaml",
             [f"model_name_or_path={model}", f"train_file={world}", f"eval_file={world}", f"output_dir={tmp_path}",
              f"reward.url={url}", "reward.retry.backoff_s=0.01", "max_steps=2", "save_strategy=no",
-             "gradient_accumulation_steps=1", "eval_strategy=no", "freeze_vision=false", *SMALL, *CPU],
+             "gradient_accumulation_steps=1", "eval_strategy=no", "freeze_vision=false", *SMALL, *CPU_GRPO_RECIPE],
         )  # fmt: skip
         logs = Logs()
         trainer = build_policy_trainer(config, callbacks=[logs])

@@ -1,4 +1,5 @@
-"""Every shipped training recipe loads, and builds its TRL trainer with a tiny model swapped in."""
+"""Every shipped training recipe, judge and policy alike, loads, and builds its TRL trainer with a tiny model
+swapped in."""
 
 from __future__ import annotations
 
@@ -6,38 +7,65 @@ from pathlib import Path
 
 import pytest
 
-from training.common import load_config
+from judge.reward import AsyncHttpJudgeReward, GroupedJudgeReward
+from tests.support.training import CPU_GRPO_RECIPE, CPU_RECIPE
+from training.config import load_config
 from training.grpo import JudgeGRPOConfig, build_grpo_trainer
+from training.policy import JudgePolicyGRPOConfig, build_policy_trainer
 from training.sft import JudgeSFTConfig, build_sft_trainer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-RECIPES = sorted(CONFIGS.glob("judge_*.yaml"))
-CPU = ["use_cpu=true", "bf16=false", "activation_checkpointing=false", "report_to=none"]
+FAMILIES = {
+    "judge": {
+        "judge_sft_tiny.yaml",
+        "judge_sft_qwen2_5_vl_7b.yaml",
+        "judge_grpo_tiny.yaml",
+        "judge_grpo_qwen2_5_vl_7b.yaml",
+    },
+    "policy": {"policy_grpo_tiny.yaml", "policy_grpo_qwen2_5_vl_7b.yaml"},
+}
+"""The recipes of each family: the judge's (SFT, then GRPO on its own reward) and the policy's (judge as reward)."""
+RECIPES = sorted(path for family in FAMILIES for path in CONFIGS.glob(f"{family}_*.yaml"))
+BUILDERS = {
+    "judge_sft": (JudgeSFTConfig, build_sft_trainer, CPU_RECIPE),
+    "judge_grpo": (JudgeGRPOConfig, build_grpo_trainer, CPU_GRPO_RECIPE),
+    "policy_grpo": (JudgePolicyGRPOConfig, build_policy_trainer, CPU_GRPO_RECIPE),
+}
+"""A recipe's config class, trainer builder and CPU overrides, by its name's first two words."""
 
 
-def test_recipes_exist():
-    names = {p.name for p in RECIPES}
-    assert {"judge_sft_qwen2_5_vl_7b.yaml", "judge_grpo_qwen2_5_vl_7b.yaml"} <= names
+@pytest.mark.parametrize("family", FAMILIES)
+def test_recipes_exist(family):
+    assert {p.name for p in CONFIGS.glob(f"{family}_*.yaml")} == FAMILIES[family]
+
+
+def test_the_recipes_launch_configs_exist():
     assert (CONFIGS / "accelerate" / "zero3.yaml").exists() and (CONFIGS / "accelerate" / "fsdp.yaml").exists()
 
 
+def _data_files(path: Path, synth_data: Path, world: Path) -> list[str]:
+    """The judge recipes train on the synthetic data's SFT or RL split, with its validation split; the policy's on
+    world records, evaluated on them where the recipe evaluates."""
+    if path.name.startswith("policy_"):
+        return [f"train_file={world}", *([f"eval_file={world}"] if "eval_file" in path.read_text() else [])]
+    data = synth_data / ("sft" if "_sft_" in path.name else "rl")
+    return [f"train_file={data / 'train.jsonl'}", f"eval_file={data / 'val.jsonl'}"]
+
+
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
-def test_recipe_builds_its_trainer(path, tiny_vlm_dir, synth_data, tmp_path):
+def test_recipe_builds_its_trainer(path, tiny_vlm_dir, synth_data, world, tmp_path):
     assert path.read_text().startswith("#"), "each recipe opens with its launch command"
-    is_sft = "_sft_" in path.name
-    data = synth_data / ("sft" if is_sft else "rl")
-    overrides = [
-        f"model_name_or_path={tiny_vlm_dir}",
-        f"train_file={data / 'train.jsonl'}",
-        f"eval_file={data / 'val.jsonl'}",
-        f"output_dir={tmp_path}",
-        *CPU,
-    ]
-    if is_sft:
-        trainer = build_sft_trainer(load_config(JudgeSFTConfig, path, overrides))
-    else:
-        trainer = build_grpo_trainer(load_config(JudgeGRPOConfig, path, [*overrides, "use_vllm=false"]))
-    assert len(trainer.train_dataset) > 0 and trainer.eval_dataset is not None
+    config_class, build, cpu = BUILDERS["_".join(path.name.split("_")[:2])]
+    files = _data_files(path, synth_data, world)
+    overrides = [f"model_name_or_path={tiny_vlm_dir}", *files, f"output_dir={tmp_path}", *cpu]
+    trainer = build(load_config(config_class, path, overrides))
+    assert len(trainer.train_dataset) > 0
+    assert (trainer.eval_dataset is not None) == any(f.startswith("eval_file=") for f in files)
+    if config_class is JudgePolicyGRPOConfig:
+        [reward] = trainer.reward_funcs
+        assert isinstance(reward, GroupedJudgeReward) and reward.mode == "listwise"
+        assert {"prompt", "images", "answer"} <= set(trainer.train_dataset.column_names)
+        assert ("7b" in path.name) == isinstance(reward, AsyncHttpJudgeReward)  # the 7B recipe uses a server
 
 
 def test_unknown_and_missing_fields_are_explained(tmp_path):

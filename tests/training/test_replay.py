@@ -20,13 +20,13 @@ from tests.support.replay import (
     assert_exact,
     assert_logps_equal_plain,
     assert_step_equals_trl,
+    assert_two_ddp_processes_agree,
     compare,
     grpo_terms,
     hybrid_model,
     lora_lm,
     perturb_lora,
     push_off_policy,
-    run_two_ddp_processes,
     text_batch,
     trainer,
     vlm_batch,
@@ -286,17 +286,20 @@ def test_trainer_refuses_what_replay_cannot_reproduce(tiny_vlm_dir, tmp_path):
 
 
 def test_replay_branch_batch_must_be_positive():
-    from training.common import load_config
+    from tests.support.training import CPU_LOAD
+    from training.config import load_config
     from training.policy import JudgePolicyGRPOConfig
 
     with pytest.raises(ValueError, match="replay_branch_batch must be >= 1, got 0"):
         load_config(JudgePolicyGRPOConfig, None, ["model_name_or_path=m", "train_file=t", "output_dir=o",
-                                                   "use_cpu=true", "bf16=false", "reward.model=j",
-                                                   "replay_shared_prompt=true", "replay_branch_batch=0"])  # fmt: skip
+                                                   "reward.model=j", "replay_shared_prompt=true",
+                                                   "replay_branch_batch=0", *CPU_LOAD])  # fmt: skip
 
 
 def test_two_policy_steps_with_replay_from_the_cli(tiny_vlm_dir, tmp_path, capsys):
     from mrjudge.cli import main
+
+    from tests.support.training import CPU
 
     rng = random.Random(0)
     rows = []
@@ -311,10 +314,9 @@ def test_two_policy_steps_with_replay_from_the_cli(tiny_vlm_dir, tmp_path, capsy
     out = tmp_path / "policy"
     args = ["train", "policy", f"model_name_or_path={tiny_vlm_dir}", f"reward.model={tiny_vlm_dir}",
             "reward.judge={max_new_tokens: 4, orders: 1}", f"train_file={prompts}", f"output_dir={out}", "max_steps=2",
-            "per_device_train_batch_size=8", "num_generations=4", "max_completion_length=6",
-            "logging_steps=1", "learning_rate=0.001", "use_cpu=true", "bf16=false", "use_vllm=false",
-            "report_to=none", "disable_tqdm=true", "seed=0", "replay_shared_prompt=true",
-            "replay_branch_batch=2", "save_steps=2", "torch_empty_cache_steps=1"]  # fmt: skip
+            "per_device_train_batch_size=8", "num_generations=4", "max_completion_length=6", "learning_rate=0.001",
+            "use_vllm=false", "replay_shared_prompt=true", "replay_branch_batch=2", "save_steps=2",
+            "torch_empty_cache_steps=1", *CPU]  # fmt: skip
     assert main(args) == 0
     assert "trained 2 steps" in capsys.readouterr().out
     config = (out / "mrjudge_config.yaml").read_text()
@@ -328,4 +330,4 @@ def test_two_policy_steps_with_replay_from_the_cli(tiny_vlm_dir, tmp_path, capsy
 @pytest.mark.slow
 def test_two_ddp_processes_average_replayed_gradients(tiny_lm_dir, tmp_path):
     """Replay's backward passes bypass DDP's hooks; the trainer averages at each accumulation boundary instead."""
-    run_two_ddp_processes(tiny_lm_dir, tmp_path)
+    assert_two_ddp_processes_agree(tiny_lm_dir, tmp_path)

@@ -217,11 +217,12 @@ def test_trainer_with_prompt_chunks_equals_trl_compute_loss(tiny_vlm_dir, tmp_pa
 
 
 def test_replay_prompt_chunk_must_not_be_negative():
-    from training.common import load_config
+    from tests.support.training import CPU_LOAD
+    from training.config import load_config
     from training.policy import JudgePolicyGRPOConfig
 
-    base = ["model_name_or_path=m", "train_file=t", "output_dir=o", "use_cpu=true", "bf16=false", "reward.model=j",
-            "replay_shared_prompt=true"]  # fmt: skip
+    base = ["model_name_or_path=m", "train_file=t", "output_dir=o", "reward.model=j", "replay_shared_prompt=true",
+            *CPU_LOAD]  # fmt: skip
     with pytest.raises(ValueError, match="replay_prompt_chunk must be >= 0"):
         load_config(JudgePolicyGRPOConfig, None, [*base, "replay_prompt_chunk=-4"])
     assert load_config(JudgePolicyGRPOConfig, None, [*base, "replay_prompt_chunk=512"]).replay_prompt_chunk == 512
@@ -230,4 +231,4 @@ def test_replay_prompt_chunk_must_not_be_negative():
 @pytest.mark.slow
 def test_two_ddp_processes_with_prompt_chunks(tiny_lm_dir, tmp_path):
     """DDP + gradient accumulation 2 with chunked prompts: the same audit as the unchunked DDP test."""
-    support.run_two_ddp_processes(tiny_lm_dir, tmp_path, prompt_chunk=8)
+    support.assert_two_ddp_processes_agree(tiny_lm_dir, tmp_path, prompt_chunk=8)

@@ -30,7 +30,7 @@ from tests.support.integration_files import load_openrlhf_file
 from tests.support.reward_app import fresh_state, make_reward_app
 from tests.support.reward_server import mrjudge_serve, running
 from tests.support.rule_openai import rule_openai_server
-from tests.support.scripted_judge import ScoredRuleBackend
+from tiny_world.rule_judge import ScoredRuleBackend
 
 
 class Clock:

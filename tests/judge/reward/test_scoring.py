@@ -7,7 +7,7 @@ import pytest
 from judge.judging import Judge, JudgeConfig
 from judge.reward.scoring import RewardRequest, compute_rewards
 from judge.types import DataError
-from tests.support.scripted_judge import RuleJudgeBackend
+from tiny_world.rule_judge import RuleJudgeBackend
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from judge.reward import (
 )
 from judge.reward.wire import RetryPolicy, RewardRefused
 from tests.support.reward_app import ALWAYS_500, fresh_state, make_reward_app, rule_judge
-from tests.support.scripted_judge import RuleJudgeBackend, ScoredRuleBackend
+from tiny_world.rule_judge import RuleJudgeBackend, ScoredRuleBackend
 from tiny_world.servers.openai_server import serve
 
 
