@@ -40,6 +40,7 @@ from benchmarks.workers import paired_bootstrap
 from jobs.jsonl import read_jsonl
 from tiny_world.demo.config import DemoConfig
 from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages
+from tiny_world.demo.stages.training import log_stats
 from tiny_world.heldout import UNDECIDED_CREDIT, evidence_of, score_verdicts
 from tiny_world.judge_pool import (
     all_pairs,
@@ -141,15 +142,6 @@ def figures_of(pairs: list[Any], verdicts: list[Any]) -> dict[str, Any]:
         "consistency": scored["consistency"],
         "per_kind": scored["per_kind"],
     }
-
-
-def first_last(logs: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
-    """Mean of `key` over the first and last fifth of the logged steps."""
-    values = [row[key] for row in logs if key in row]
-    if not values:
-        return None, None
-    k = max(1, len(values) // 5)
-    return sum(values[:k]) / k, sum(values[-k:]) / k
 
 
 def time_budget(seconds: float) -> Any:
@@ -273,8 +265,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         arms["sft_more"] = figures_of(report, more_verdicts)
     more_accuracy = arms["sft_more"]["accuracy"] if "sft_more" in arms else None
     low, high = paired_bootstrap(base, grpo_credits, args.bootstrap, recipe.seed)
-    zero_std = [first_last(run["logs"], "frac_reward_zero_std") for run in runs]
-    entropy = [first_last(run["logs"], "entropy") for run in runs]
+    zero_std = [log_stats(run["logs"], "frac_reward_zero_std", share=0.2) for run in runs]  # first and last fifth
+    entropy = [log_stats(run["logs"], "entropy", share=0.2) for run in runs]
 
     def seed_mean(pairs: list[tuple[float | None, float | None]], end: int) -> float | None:
         values = [p[end] for p in pairs if p[end] is not None]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.jsonl import InputError
+from judge.images import ImageLoadError, check_decodes
 from judge.judging import Judge
 from judge.types import DataError, MCItem
 
@@ -126,21 +127,29 @@ def image_checked(
     parse: Callable[..., PairItem], data_file: str | Path, image_folder: str | Path | None = None
 ) -> Callable[..., PairItem]:
     """`parse(row, where=…)` that also makes the item's relative image path absolute (against `image_folder`,
-    default the data file's folder) and checks the file is there: a missing image is that row's problem, so
-    it counts as a bad row (`jobs.jsonl.parse_records`), and a wrong folder fails before any model loads."""
+    default the data file's folder) and decodes the file through to its end: a missing or broken image is that
+    row's problem, so it counts as a bad row (`jobs.jsonl.parse_records`), and a wrong folder fails before any
+    model loads."""
     base = Path(image_folder) if image_folder is not None else Path(data_file).parent
+    decoded: set[str] = set()  # a file several rows share is decoded once
 
     def parse_and_check(row: Any, where: str) -> PairItem:
         item = parse(row, where=where)
         if isinstance(item.image, str) and not item.image.startswith("data:"):
             item.image = str(base / item.image)
-            if not Path(item.image).is_file():
+            if item.image in decoded:
+                return item
+            try:
+                check_decodes(item.image)  # to its last byte: a truncated file is this row's problem, found now
+            except ImageLoadError as exc:
                 raise DataError(
                     "image",
-                    f"image file not found: {item.image}",
-                    f"relative paths are resolved against {base}; point the image folder option there or fix the path",
+                    str(exc),
+                    f"relative paths are resolved against {base}: give the folder that holds the images as "
+                    "--image-folder, or fix the path or the file",
                     where,
-                )
+                ) from None
+            decoded.add(item.image)
         return item
 
     return parse_and_check

@@ -18,7 +18,6 @@ mrjudge synth all --world-n 50 --out runs/synth-50       # any SynthConfig field
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,16 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     )
     add_overwrite_flag(parser, "stage's rows")
     add_engine_flags(parser)
+    _allow_empty_flag(parser)
+
+
+def _allow_empty_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 although the output is empty (no rows, negatives, items, val split or traces); "
+        "without it such a stage says what is empty and exits 2",
+    )
 
 
 # -- model-stage decoding, concurrency and failure flags (data_synthesis.sampling) --------------------------
@@ -215,6 +224,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True)
     _assemble_flags().add_to(p)
     add_engine_flags(p)
+    _allow_empty_flag(p)
     p.set_defaults(run=run_assemble)
 
     p = stages.add_parser(
@@ -249,26 +259,31 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("local", "ray"), help="overrides the config's `engine`")
     p.add_argument("--ray-address", help="with --engine ray: overrides the config's `ray.address`")
     add_overwrite_flag(p, "rows of every per-row stage (negatives, describe, distill)")
+    _allow_empty_flag(p)
     _all_flags().add_to(p.add_argument_group("SynthConfig fields (data_synthesis/pipeline/config.py)"))
     add_key_values(p, "world_n=50")
     p.set_defaults(run=run_all)
 
 
-def _print(summary: dict) -> int:
-    print(json.dumps(summary, indent=2, sort_keys=True))
+def _report(stage: str, summary: dict, out: Path, *, allow_empty: bool = True, **options: Any) -> int:
+    """The stage's short table (the whole summary is its file), then refuse an empty output unless allowed."""
+    from data_synthesis.stage_report import SUMMARY_FILES, check_not_empty, stage_table
+
+    print("\n".join(stage_table(stage, summary, Path(out) / SUMMARY_FILES[stage])))
+    check_not_empty(stage, summary, allow_empty=allow_empty, **options)
     return 0
 
 
-def _stage(run, *args, **kwargs) -> int:
-    """Run a stage and print its summary; with too many failed rows, print it too and let the error go up (exit 2)."""
+def _stage(stage: str, run, args: argparse.Namespace, **kwargs) -> int:
+    """Run a row stage and report it; with too many failed rows, report it too and let the error go up (exit 2)."""
     from data_synthesis.stage_runner import TooManyFailures
 
     try:
-        _, summary = run(*args, **kwargs)
+        _, summary = run(args.input, args.out, **kwargs)
     except TooManyFailures as exc:
-        _print(exc.summary)
+        _report(stage, exc.summary, args.out)
         raise
-    return _print(summary)
+    return _report(stage, summary, args.out, allow_empty=args.allow_empty)
 
 
 def run_world(args: argparse.Namespace) -> int:
@@ -304,22 +319,22 @@ def run_negatives(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_negatives as run
 
     options = dict(generator=args.generator, n=args.n, seed=args.seed, max_attempts=args.max_attempts)
-    return _mllm_stage(run, args, "generator", **options)
+    return _mllm_stage("negatives", run, args, "generator", **options)
 
 
 def run_describe(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_describe as run
 
-    return _mllm_stage(run, args, "describer", describer=args.describer)
+    return _mllm_stage("describe", run, args, "describer", describer=args.describer)
 
 
-def _mllm_stage(run, args: argparse.Namespace, role: str, **options: Any) -> int:
+def _mllm_stage(stage: str, run, args: argparse.Namespace, role: str, **options: Any) -> int:
     """negatives or describe: the stage's own `options`, then its MLLM (`--model`, image size, `--<role>-…`
     decoding) and the job's options."""
     return _stage(
+        stage,
         run,
-        args.input,
-        args.out,
+        args,
         model=_spec(args.model, args.backend, pixel_options(args)),
         max_new_tokens=args.max_new_tokens,
         sampling=_sampling_from(args, role),
@@ -333,16 +348,17 @@ def run_assemble(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_assemble as run
 
     config = AssembleConfig(**_assemble_flags().values(args))
-    return _print(run(args.input, args.out, config, engine=engine_from(args))[1])
+    summary = run(args.input, args.out, config, engine=engine_from(args))[1]
+    return _report("assemble", summary, args.out, allow_empty=args.allow_empty, val_fraction=config.val_fraction)
 
 
 def run_distill(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_distill as run
 
     return _stage(
+        "distill",
         run,
-        args.input,
-        args.out,
+        args,
         reasoner=args.reasoner,
         reasoner_style=args.reasoner_style,
         reasoner_model=_spec(args.reasoner_model, args.reasoner_backend),
@@ -362,8 +378,30 @@ def run_all(args: argparse.Namespace) -> int:
         if config.engine != "ray":
             raise ValueError("--ray-address needs --engine ray (or `engine: ray` in the config)")
         config.ray = {**config.ray, "address": args.ray_address}
-    print(all_line(run(config, overwrite=args.overwrite), Path(config.out)))
+    summary = run(config, overwrite=args.overwrite)
+    print(all_line(summary, Path(config.out)))
+    if "held_back" not in summary:
+        _refuse_empty_chain(summary, config, allow_empty=args.allow_empty)
     return 0
+
+
+def _refuse_empty_chain(summary: dict[str, Any], config: Any, *, allow_empty: bool) -> None:
+    """`synth all` ran to the end: say which stage's output is empty (all of them at once), unless allowed."""
+    from data_synthesis.assemble import AssembleConfig
+    from data_synthesis.stage_report import EmptyOutput, empty_parts
+
+    val_fraction = AssembleConfig(**config.assemble).val_fraction
+    problems = [
+        f"{stage}: {problem}"
+        for stage, key, options in (
+            ("negatives", "negatives", {}),
+            ("assemble", "items", {"val_fraction": val_fraction}),
+            ("distill", "distilled", {}),
+        )
+        for problem in empty_parts(stage, summary[key], **options)
+    ]
+    if problems and not allow_empty:
+        raise EmptyOutput(f"{'; '.join(problems)} — fix the input, or pass --allow-empty to accept it")
 
 
 def all_line(summary: dict[str, Any], out: Path) -> str:

@@ -41,6 +41,16 @@ def option_scores(text: str) -> list[int]:
     return [int(m.group(1)) if (m := SCORE.search(body)) else 0 for _, body in CANDIDATE.findall(text)]
 
 
+def best_letter(text: str) -> str:
+    """The letter of the candidate with the highest `score=N` (the first among equals; A when none is listed).
+
+    >>> best_letter("Which is best?\\nA. score=2 red\\nB. blue\\nC. score=7")
+    'C'
+    """
+    scores = option_scores(text)
+    return string.ascii_uppercase[max(range(len(scores)), key=lambda i: (scores[i], -i), default=0)]
+
+
 class RuleJudgeBackend:
     name = "rule"
 
@@ -59,9 +69,7 @@ class RuleJudgeBackend:
             if any("abstain" in body for _, body in CANDIDATE.findall(text)):
                 out.append(Generation(text="<think>cannot tell</think>"))
                 continue
-            scores = option_scores(text)
-            best = max(range(len(scores)), key=lambda i: (scores[i], -i), default=0)
-            out.append(Generation(text=f"<think>highest score</think><answer>{string.ascii_uppercase[best]}</answer>"))
+            out.append(Generation(text=f"<think>highest score</think><answer>{best_letter(text)}</answer>"))
         return out
 
 

@@ -237,7 +237,7 @@ def test_synth_all_takes_its_fields_as_flags_and_prints_one_line(tmp_path, capsy
 
 def test_synth_all_refuses_a_changed_stage_setting_until_overwrite(tmp_path, capsys):
     out = tmp_path / "synth"
-    argv = ["synth", "all", "--world-n", "8", "--out", str(out), "assemble={val_fraction: 0.25}"]
+    argv = ["synth", "all", "--world-n", "8", "--out", str(out), "assemble.val_fraction=0.5"]
     assert main(argv) == 0
     assert json.loads((out / "negatives.settings.json").read_text()) == {"generator": "scene", "n": 3, "seed": 0}
     before = (out / "negatives.jsonl").read_bytes()

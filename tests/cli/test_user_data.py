@@ -206,3 +206,64 @@ def test_predictions_for_half_the_set_are_refused_not_scored_as_the_benchmark(tm
     assert main([*args, "--out", str(tmp_path / "first"), "--limit", "2"]) == 0  # the part they were made on
     metrics = json.loads((tmp_path / "first" / "metrics.json").read_text())
     assert (metrics["n"], metrics["data_rows"]) == (2, 2)  # the hash stands for the two rows scored
+
+
+# -- synthesis stages that make nothing ---------------------------------------------------------------------------
+
+
+def test_a_stage_prints_a_short_table_and_an_empty_split_is_an_error_unless_allowed(tmp_path, capsys):
+    world = tmp_path / "w"
+    assert main(["synth", "world", "--n", "8", "--out", str(world)]) == 0
+    assert main(["synth", "negatives", "--input", str(world), "--out", str(world)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("negatives   rows") :].splitlines()
+    assert table[0].split() == ["negatives", "rows", "8", "in", "→", "8", "out", "(8", "now)"]
+    assert len(table) <= 8 and f"summary      {world / 'negatives.summary.json'}" in out  # the JSON is a file
+    assert json.loads((world / "negatives.summary.json").read_text())["negatives"] == 24
+
+    assert main(["synth", "describe", "--input", str(world), "--out", str(world)]) == 0
+    args = ["synth", "assemble", "--input", str(world), "--out", str(world)]
+    capsys.readouterr()
+    assert main(args) == 2  # 8 record groups at val_fraction 0.1 hold out none: an empty val split
+    line = _one_error_line(capsys.readouterr().err)
+    assert "assemble: the val split is empty (val_fraction 0.1 of at most 8 record groups held out none)" in line
+    assert "--allow-empty" in line
+    assert main([*args, "--allow-empty"]) == 0
+    assert main([*args, "--val-fraction", "0.5"]) == 0
+
+
+def test_a_stage_with_no_rows_says_so(tmp_path, capsys):
+    (tmp_path / "records.jsonl").write_text("")
+    args = ["synth", "negatives", "--input", str(tmp_path), "--out", str(tmp_path / "out"), "--generator", "scene"]
+    code = main(args)
+    line = _one_error_line(capsys.readouterr().err)
+    assert code == 2 and "negatives: no rows were written (0 came in)" in line
+
+
+def test_a_description_cut_at_its_token_budget_fails_as_truncated(tiny_vlm_dir, tmp_path, capsys):
+    world = tmp_path / "w"
+    assert main(["synth", "world", "--n", "2", "--out", str(world)]) == 0
+    assert main(["synth", "negatives", "--input", str(world), "--out", str(world)]) == 0
+    args = ["synth", "describe", "--input", str(world), "--out", str(world), "--describer", "model"]
+    code = main([*args, "--model", str(tiny_vlm_dir), "--describer-max-tokens", "4"])  # random weights: never stop
+    assert code == 2, capsys.readouterr()
+    summary = json.loads((world / "described.summary.json").read_text())
+    assert (summary["failed"], summary["failed_by_reason"]) == (2, {"truncated": 2})
+
+
+def test_vlrb_images_that_do_not_resolve_name_image_folder(tmp_path, capsys):
+    data = write_vlrb_jsonl(tmp_path / "bench")
+    moved = tmp_path / "elsewhere" / "vlrb.jsonl"  # the file copied away from its images/ folder
+    moved.parent.mkdir()
+    moved.write_text(data.read_text())
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text("".join(json.dumps({"id": row["id"], "pred": 0}) + "\n" for row in rows))
+    args = ["eval", "vl-rewardbench", "--data", str(moved), "--predictions", str(predictions)]
+    assert main([*args, "--out", str(tmp_path / "r1")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "field 'image': image file not found" in err
+        and "give the folder that holds the images as --image-folder" in err
+    )
+    assert main([*args, "--out", str(tmp_path / "r2"), "--image-folder", str(data.parent)]) == 0

@@ -84,10 +84,11 @@ def test_model_generator_through_openai_http(parrot_loaded, tmp_path):
 
 
 def test_model_generator_retries_unusable_replies(tiny_vlm_dir, tmp_path):
-    # An untrained model never writes JSON: every attempt is counted, and the row ends with no negatives.
+    # An untrained model never stops (and never writes JSON): every attempt is cut at its 8 tokens, counted as
+    # truncated, and the row ends with no negatives.
     gen = ModelNegatives(
         make_backend(str(tiny_vlm_dir), device="cpu"), n=3, max_attempts=2, max_new_tokens=8, image_root=tmp_path
     )
     (row,) = gen(_rows(tmp_path, n=1))
     assert row["negatives"] == [] and row["negatives_meta"]["attempts"] == 2
-    assert row["negatives_meta"]["rejected"]["invalid_json"] == 2
+    assert row["negatives_meta"]["rejected"]["truncated"] == 2

@@ -77,8 +77,8 @@ def test_synth_stage_cli_runs_on_ray(ray_local, tmp_path, capsys):
     capsys.readouterr()
     args = ["synth", "negatives", "--input", str(out), "--out", str(out), "--batch-size", "4"]
     assert main([*args, "--engine", "ray", "--ray-workers", "2"]) == 0
-    printed = capsys.readouterr().out
-    summary = json.loads(printed[printed.index("{") :])
+    assert "negatives rows 10 in → 10 out" in " ".join(capsys.readouterr().out.split())  # the stage's table
+    summary = json.loads((out / "negatives.summary.json").read_text())
     assert summary["engine"] == "ray" and summary["n_out"] == 10
     assert main([*args, "--ray-workers", "2"]) == 2
     assert "--ray-workers need --engine ray" in capsys.readouterr().err

@@ -11,7 +11,6 @@ with `state["delay_s"]` each answer takes that long and `state["peak"]` records 
 from __future__ import annotations
 
 import asyncio
-import string
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from reward_server.background import serve_in_thread
-from tiny_world.rule_judge import CANDIDATE, SCORE
+from tiny_world.rule_judge import best_letter
 from tiny_world.servers.wire import chat_completion, last_message_text, serve_model_list
 
 MODEL_NAME = "rule-judge"
@@ -43,10 +42,7 @@ def make_rule_openai_app(state: dict[str, Any]) -> FastAPI:
                 await asyncio.sleep(state["delay_s"])
             finally:
                 state["in_flight"] -= 1
-        options = CANDIDATE.findall(last_message_text(body))
-        scores = [int(m.group(1)) if (m := SCORE.search(text)) else 0 for _, text in options]
-        best = max(range(len(scores)), key=lambda i: (scores[i], -i)) if scores else 0
-        content = f"<think>highest score</think><answer>{string.ascii_uppercase[best]}</answer>"
+        content = f"<think>highest score</think><answer>{best_letter(last_message_text(body))}</answer>"
         choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
         return JSONResponse(chat_completion(MODEL_NAME, choice, prompt_tokens=10, completion_tokens=5))
 

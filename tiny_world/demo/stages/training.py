@@ -47,10 +47,14 @@ def with_progress(build: Callable[..., Any], console: Any, label: str) -> Callab
     return quiet_build
 
 
-def log_stats(logs: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
-    """Mean of `key` over the first and the last tenth of the logged steps."""
+def log_stats(logs: list[dict[str, Any]], key: str, share: float = 0.1) -> tuple[float | None, float | None]:
+    """Mean of `key` over the first and the last `share` of the logged steps (at least one step each).
+
+    >>> log_stats([{"loss": x} for x in range(10)], "loss", share=0.2)
+    (0.5, 8.5)
+    """
     values = [r[key] for r in logs if key in r]
     if not values:
         return None, None
-    tenth = max(1, len(values) // 10)
-    return sum(values[:tenth]) / tenth, sum(values[-tenth:]) / tenth
+    k = max(1, int(len(values) * share + 1e-9))  # 0.1 × 30 must be 3, whatever the float
+    return sum(values[:k]) / k, sum(values[-k:]) / k
