@@ -48,6 +48,7 @@ __all__ = [
     "is_retryable",
     "retry_after_s",
     "get_reward_endpoint",
+    "reward_endpoint",
     "reward_server_urls",
     "server_api_key",
     "server_urls",
@@ -115,16 +116,28 @@ def reward_server_urls(explicit: str | Sequence[str] | None = None) -> list[str]
     return urls
 
 
+def _endpoint(url: str, path: str) -> str:
+    """`path` on a server named by its root, its `/v1` root or one of its endpoints' full URL."""
+    root = url.rstrip("/").removesuffix("/v1/reward").removesuffix("/get_reward").removesuffix("/v1")
+    return root + path
+
+
+def reward_endpoint(url: str) -> str:
+    """`POST /v1/reward` on a server root, a `/v1` root or a full endpoint URL.
+
+    >>> reward_endpoint("http://judge:8000"), reward_endpoint("http://judge:8000/v1/")
+    ('http://judge:8000/v1/reward', 'http://judge:8000/v1/reward')
+    """
+    return _endpoint(url, "/v1/reward")
+
+
 def get_reward_endpoint(url: str) -> str:
     """`/get_reward` on the server's root, `/v1` root or a full endpoint URL.
 
     >>> get_reward_endpoint("http://judge:8000/v1"), get_reward_endpoint("http://judge:8000/get_reward")
     ('http://judge:8000/get_reward', 'http://judge:8000/get_reward')
     """
-    url = url.rstrip("/")
-    if url.endswith("/get_reward"):
-        return url
-    return url.removesuffix("/v1/reward").removesuffix("/v1") + "/get_reward"
+    return _endpoint(url, "/get_reward")
 
 
 def check_keys(values: Any, valid: Sequence[str], what: str) -> None:

@@ -40,23 +40,12 @@ from judge.reward.wire import (
     RewardUnavailable,
     is_retryable,
     retry_after_s,
+    reward_endpoint,
     server_api_key,
     server_urls,
 )
 
 __all__ = ["AsyncHttpJudgeReward", "HttpJudgeReward", "post_json", "reward_endpoint"]
-
-
-def reward_endpoint(server_url: str) -> str:
-    """`POST /v1/reward` on a server root, a `/v1` root or the full endpoint URL.
-
-    >>> reward_endpoint("http://judge:8000"), reward_endpoint("http://judge:8000/v1/")
-    ('http://judge:8000/v1/reward', 'http://judge:8000/v1/reward')
-    """
-    url = server_url.rstrip("/")
-    if url.endswith("/v1/reward"):
-        return url
-    return f"{url}/reward" if url.endswith("/v1") else f"{url}/v1/reward"
 
 
 async def post_json(

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.vl_rewardbench import (
-    VLRBConfig,
-    call_outcome,
-    item_outcome,
-    official_predict,
-    official_prompt,
-    parse_official,
-    score,
-)
+from eval.vl_rewardbench import official
+from eval.vl_rewardbench.scoring import score
 from tests.eval.fixtures import ScriptedJudge
 
 
@@ -32,29 +25,29 @@ from tests.eval.fixtures import ScriptedJudge
     ],
 )
 def test_official_regex(text, expected):
-    assert parse_official(text) == expected
+    assert official.parse_official(text) == expected
 
 
 def test_call_outcome_follows_the_official_rule():
     # Preferred response 0 shown second ([1, 0]): the rejected one sits at position 1.
-    assert call_outcome(1, [1, 0], preferred=0) == "reject"
-    assert call_outcome(2, [1, 0], preferred=0) == "agree"
-    assert call_outcome(1, [0, 1], preferred=0) == "agree"
-    assert call_outcome(2, [0, 1], preferred=1) == "agree"
-    assert call_outcome(3, [0, 1], preferred=0) == "agree"  # any number but the rejected position agrees
-    assert call_outcome(None, [0, 1], preferred=0) == "doesntMatch"
+    assert official.call_outcome(1, [1, 0], preferred=0) == "reject"
+    assert official.call_outcome(2, [1, 0], preferred=0) == "agree"
+    assert official.call_outcome(1, [0, 1], preferred=0) == "agree"
+    assert official.call_outcome(2, [0, 1], preferred=1) == "agree"
+    assert official.call_outcome(3, [0, 1], preferred=0) == "agree"  # any number but the rejected position agrees
+    assert official.call_outcome(None, [0, 1], preferred=0) == "doesntMatch"
 
 
 def test_item_outcome_majority_and_ties():
-    assert item_outcome(["agree"] * 6 + ["reject"] * 4) == "agree"
-    assert item_outcome(["agree"] * 5 + ["reject"] * 5) == "other"  # a tie is no majority
-    assert item_outcome(["doesntMatch"] * 2 + ["agree"]) == "doesntMatch"
-    assert item_outcome(["agree", "reject", "doesntMatch"]) == "other"
+    assert official.item_outcome(["agree"] * 6 + ["reject"] * 4) == "agree"
+    assert official.item_outcome(["agree"] * 5 + ["reject"] * 5) == "other"  # a tie is no majority
+    assert official.item_outcome(["doesntMatch"] * 2 + ["agree"]) == "doesntMatch"
+    assert official.item_outcome(["agree", "reject", "doesntMatch"]) == "other"
 
 
 def test_official_protocol_maps_random_display_orders_back(items):
     judge = ScriptedJudge(lambda position: f"Accuracy: fine.\nOverall Judgment: Answer {position} is better.")
-    rows = official_predict(judge, items, VLRBConfig(k=5, seed=3))
+    rows = official.official_predict(judge, items, official.VLRBConfig(k=5, seed=3))
     assert judge.calls == 5 * len(items)
     displays = {tuple(c["display"]) for row in rows for c in row["calls"]}
     assert displays == {(0, 1), (1, 0)}  # both orders were drawn
@@ -63,7 +56,7 @@ def test_official_protocol_maps_random_display_orders_back(items):
 
     # Every third call is wrong: with k=3 each item gets 2 agree / 1 reject — still a majority.
     wrong = ScriptedJudge(lambda position: f"Therefore, Answer {position} is better.", wrong_every=3)
-    rows = official_predict(wrong, items, VLRBConfig(k=3))
+    rows = official.official_predict(wrong, items, official.VLRBConfig(k=3))
     assert all(r["status"] == "agree" for r in rows)
     assert [sum(c["outcome"] == "reject" for c in r["calls"]) for r in rows] == [1] * len(items)
     # cal.py's reading at k = 3 (the largest of 1, 3, 5, 7, 9 that 3 calls cover) sees all three calls.
@@ -74,19 +67,19 @@ def test_official_protocol_maps_random_display_orders_back(items):
     # With k=2 and one wrong call in two, every item is a tie over all calls: no majority, left out of the
     # denominators in the all-calls reading (cal.py's reading at k = 1 sees one call per item instead).
     tie = ScriptedJudge(lambda position: f"Overall Judgment: Answer {position} is better.", wrong_every=2)
-    tie_rows = official_predict(tie, items, VLRBConfig(k=2))
+    tie_rows = official.official_predict(tie, items, official.VLRBConfig(k=2))
     m = score(items, tie_rows, reading="all-calls")
     assert (m["overall_accuracy"], m["unparsed"], m["no_majority"]) == (None, len(items), len(items))
     assert (m["overall_accuracy_unparsed_wrong"], m["overall_accuracy_unparsed_coin"]) == (0.0, 0.5)
     assert score(items, tie_rows)["headline_k"] == 1 and score(items, tie_rows)["unparsed"] == 0
 
     unparsable = ScriptedJudge(lambda position: f"I like answer {position}.")
-    rows = official_predict(unparsable, items, VLRBConfig(k=3))
+    rows = official.official_predict(unparsable, items, official.VLRBConfig(k=3))
     assert {r["status"] for r in rows} == {"doesntMatch"} and score(items, rows)["unparsed"] == len(items)
 
 
 def test_official_prompt_is_verbatim(items):
-    text = official_prompt("Q?", ["first", "second"])
+    text = official.official_prompt("Q?", ["first", "second"])
     assert text.startswith(" You are a highly capable multimodal AI assistant tasked with evaluating answers")
     assert "Question: Q?\n\nAnswer 1: first\n\nAnswer 2: second\n\nPlease evaluate both answers" in text
     assert "For example: Overall Judgment: Answer X is better." in text
