@@ -29,7 +29,6 @@ problems (the CLI exits 2). `load_sft_records` is the strict reader: the first b
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +49,7 @@ from jobs.jsonl import (
     read_json_list,
     write_json_atomic,
 )
-from judge.images import ImageLoadError
+from judge.images import ImageLoadError, default_image_workers
 from judge.types import DataError
 
 __all__ = ["DEFAULT_MAX_BAD_FRACTION", "FieldMap", "Skipped", "load_sft_records", "read_source", "write_records"]
@@ -184,11 +183,6 @@ def _reason(error: DataError, where: str) -> str:
     """The error without the row's own location (kept: a turn or message number inside the row)."""
     inside = error.where[len(where) :].strip() if error.where.startswith(where) else ""
     return (f"{inside}: " if inside else "") + f"field '{error.field_name}': {error.problem} — {error.fix}"
-
-
-def default_image_workers() -> int:
-    """Image decoding threads: one per core, at most 16 (decoding is CPU-bound; Pillow releases the GIL)."""
-    return max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def read_source(

@@ -8,16 +8,17 @@ loaded) to run on an executor that builds it where the batches run: one judge pe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from jobs.executor import BatchFn, Executor
-from jobs.jsonl import Records, read_records
+from jobs.jsonl import Records, numbered_jsonl, read_records
 from jobs.resumable import run_resumable
 from judge.backends.spec import ModelSpec
-from judge.images import ImageLoadError, check_decodes
+from judge.images import ImageLoadError, check_decodes, default_image_workers
 from judge.judging import Judge, JudgeConfig
 from judge.types import DataError, MCItem, Verdict
 
@@ -110,34 +111,46 @@ def load_items(path: str | Path, *, check_images: bool = True, max_bad_fraction:
 
     With `check_images`, every image is decoded through to its end (relative paths are resolved against the
     file's folder), so a typo or a truncated file fails here, naming its line, before any model is loaded,
-    rather than halfway through a run. With
-    `max_bad_fraction` > 0, bad lines up to that share are skipped and listed in the result's `skipped`
-    (`jobs.jsonl.parse_records`); more raise `InputError`.
+    rather than halfway through a run. With `max_bad_fraction` > 0, bad lines up to that share are skipped
+    and listed in the result's `skipped` (`jobs.jsonl.parse_records`); more raise `InputError`.
     """
     base = Path(path).parent
-    decoded: set[str] = set()  # a file many items share is decoded once
+    problems = _image_problems(path, base) if check_images else {}
 
     def parse(row: object, where: str) -> MCItem:
         item = MCItem.from_dict(row, where=where)
         for ref in item.images if check_images else ():
-            key = ref if isinstance(ref, str) else None
-            if key is not None and key in decoded:
-                continue
-            try:
-                check_decodes(ref, base)
-            except ImageLoadError as exc:
+            problem = problems.get(ref) if isinstance(ref, str) else _decode_problem(ref, base)
+            if problem is not None:
                 raise DataError(
                     "image",
-                    str(exc),
+                    problem,
                     "fix or replace the image (relative paths are resolved against the JSONL file's folder), "
                     "or let --max-bad-fraction skip the line",
                     where,
-                ) from None
-            if key is not None:
-                decoded.add(key)
+                )
         return item
 
     return read_records(path, parse, max_bad_fraction=max_bad_fraction)
+
+
+def _decode_problem(ref: Any, base: Path) -> str | None:
+    try:
+        check_decodes(ref, base)
+    except ImageLoadError as exc:
+        return str(exc)
+    return None
+
+
+def _image_problems(path: str | Path, base: Path) -> dict[str, str | None]:
+    """Every image path or data URL the file names, decoded once each in a pool of threads (Pillow lets go of
+    the GIL while it decodes): what is wrong with it, or None."""
+    refs: set[str] = set()
+    for _, row in numbered_jsonl(path):
+        image = row.get("image") if isinstance(row, dict) else None
+        refs.update(ref for ref in (image if isinstance(image, list) else [image]) if isinstance(ref, str))
+    with ThreadPoolExecutor(max_workers=default_image_workers(), thread_name_prefix="images") as pool:
+        return dict(zip(refs, pool.map(lambda ref: _decode_problem(ref, base), refs)))
 
 
 def summarize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ __all__ = [
     "PixelRange",
     "UnsupportedImageFormat",
     "check_decodes",
+    "default_image_workers",
     "fit_pixels",
     "fitted_size",
     "image_to_data_url",
@@ -151,6 +153,11 @@ def load_image(ref: Any, base_dir: str | Path | None = None) -> Image.Image:
     if isinstance(ref, Image.Image):
         return ref.convert("RGB")
     return _open(*_encoded(ref, base_dir))
+
+
+def default_image_workers() -> int:
+    """Image decoding threads: one per core, at most 16 (decoding is CPU-bound; Pillow releases the GIL)."""
+    return max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def check_decodes(ref: Any, base_dir: str | Path | None = None) -> None:
