@@ -135,21 +135,26 @@ def image_checked(
 
     def parse_and_check(row: Any, where: str) -> PairItem:
         item = parse(row, where=where)
-        if isinstance(item.image, str) and not item.image.startswith("data:"):
+        is_path = isinstance(item.image, str) and not item.image.startswith("data:")
+        if is_path:
             item.image = str(base / item.image)
-            if item.image in decoded:
-                return item
-            try:
-                check_decodes(item.image)  # to its last byte: a truncated file is this row's problem, found now
-            except ImageLoadError as exc:
-                raise DataError(
-                    "image",
-                    str(exc),
-                    f"relative paths are resolved against {base}: give the folder that holds the images as "
-                    "--image-folder, or fix the path or the file",
-                    where,
-                ) from None
-            decoded.add(item.image)
+        elif not (isinstance(item.image, str) or (isinstance(item.image, Mapping) and item.image.get("bytes"))):
+            return item  # a reference `load_image` resolves later (a bare `{"path"}`): nothing to decode here
+        key = item.image if isinstance(item.image, str) else None  # a file or data URL several rows share: once
+        if key is not None and key in decoded:
+            return item
+        try:
+            check_decodes(item.image)  # to its last byte: a truncated image is this row's problem, found now
+        except ImageLoadError as exc:
+            fix = (
+                f"relative paths are resolved against {base}: give the folder that holds the images as "
+                "--image-folder, or fix the path or the file"
+                if is_path
+                else "replace the row's image"
+            )
+            raise DataError("image", str(exc), fix, where) from None
+        if key is not None:
+            decoded.add(key)
         return item
 
     return parse_and_check

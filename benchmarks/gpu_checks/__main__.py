@@ -30,7 +30,7 @@ from benchmarks.kit import ROOT
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The flags; `out` resolved ($OUT by default) and `parts` as a list of known parts."""
-    parser = argparse.ArgumentParser(description=package.__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {package.__name__}", description=package.__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda[:i] (the real sizes) or cpu (tiny shapes)")
     parser.add_argument("--out", type=Path, default=None, help="where files go (default: $OUT)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")

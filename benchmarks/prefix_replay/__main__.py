@@ -20,7 +20,7 @@ from benchmarks.prefix_replay.worker import run_spec, spawn
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=package.__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {package.__name__}", description=package.__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     parser.add_argument(
         "--model-size", default=None, choices=sorted(MODEL_SIZES), help="default: small (CPU), 1.5b (CUDA)"
