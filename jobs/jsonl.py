@@ -56,8 +56,12 @@ TEXT_ENCODING = "utf-8-sig"
 
 def _new_file_mode() -> int:
     """The mode `open` gives a new file under this process's umask (0644 under the usual 022)."""
-    umask = os.umask(0o022)  # reading the umask means setting it: put it straight back
-    os.umask(umask)
+    try:  # Linux says it without changing it
+        with open("/proc/self/status", encoding="ascii") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)  # elsewhere reading the umask means setting it: put it straight back
+        os.umask(umask)
     return 0o666 & ~umask
 
 
@@ -82,7 +86,7 @@ def check_bad_fraction(max_bad_fraction: float) -> float:
     return max_bad_fraction
 
 
-@dataclass
+@dataclass(frozen=True)
 class UnparsableLine:
     """A line that is not JSON, as a row: readers that skip bad rows count it as one (`parse_records`,
     `data_synthesis.sources`) instead of stopping at it."""
