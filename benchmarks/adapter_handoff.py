@@ -82,117 +82,22 @@ from adapter_revisions.fingerprint import base_fingerprint
 from adapter_revisions.pool import AdapterPool
 from adapter_revisions.store import AdapterStore
 from benchmarks.kit import emit, peak_rss_mib, rounded
-from benchmarks.workers import qwen2_lm_config
+from benchmarks.lora_model import SHAPES, build_base, count_7b, lora_config, merge_drift, merged_state_dict, train_step
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.hf import TransformersBackend
 from judge.models import LoadedModel
 from tiny_world.model import build_tokenizer
 
-TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# Qwen2 shapes: hidden, layers, heads, kv heads, intermediate, vocab (embeddings untied in all three).
-SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
-    "1b": (2048, 20, 16, 4, 5504, 32000),  # 1.02e9 parameters
-    "4b": (2560, 36, 32, 8, 9728, 151936),  # Qwen3-4B's widths in Qwen2 layers: 4.06e9 parameters (GPU runs)
-    "small": (256, 4, 4, 2, 688, 4096),  # for development runs
-    "7b": (3584, 28, 28, 4, 18944, 152064),  # Qwen2.5-7B, the text side of Qwen2.5-VL-7B
-}
 POLICY = "handoff"
 PROMPT = "Question: What colour is the circle?\nA. red\nB. blue\nAnswer with the letter of the best option."
 MAX_ADAPTERS = 1  # one resident revision, as in a GRPO hand-off: each new one replaces the last
 DIGITS = 5  # the record's decimals: the logit differences (answer_checks) are small
 
 
-def qwen2_config(shape: str) -> Any:
-    return qwen2_lm_config(*SHAPES[shape])
-
-
-def build_base(shape: str, seed: int, device: str = "cpu") -> Any:
-    """The model with uninitialised storage, then filled from a seeded generator in bf16 (seconds, not minutes)."""
-    from transformers import AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
-
-    with no_init_weights(), torch.device(device):
-        model = AutoModelForCausalLM.from_config(qwen2_config(shape), dtype=torch.bfloat16)
-    generator = torch.Generator(device).manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            elif name.endswith(".bias"):
-                param.zero_()
-            else:
-                param.normal_(0.0, 0.02, generator=generator)
-    return model.eval()
-
-
-def lora_config(rank: int) -> Any:
-    from peft import LoraConfig
-
-    # A regex, as training/model_config.py writes it: PEFT turns a list into a set, which the store cannot write as JSON.
-    targets = rf"^.*\.({'|'.join(TARGET_MODULES)})$"
-    return LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
-
-
-def count_7b(rank: int) -> dict[str, int]:
-    """Base and LoRA parameter counts of the 7B-shaped model, built on the meta device (no memory)."""
-    from peft import get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(qwen2_config("7b"), dtype=torch.bfloat16)
-        peft_model = get_peft_model(model, lora_config(rank))
-    named = list(peft_model.named_parameters())
-    lora = sum(p.numel() for n, p in named if ".lora_" in n)
-    return {"base_params": sum(p.numel() for n, p in named if ".lora_" not in n), "lora_params": lora}
-
-
-def train_step(peft_model: Any, optimizer: Any, tokens: int, vocab: int, seed: int) -> float:
-    """One AdamW step of next-token loss on random tokens: a real, non-trivial change to the adapter."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (1, tokens), generator=generator).to(next(peft_model.parameters()).device)
-    peft_model.train()
-    loss = peft_model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    peft_model.eval()
-    return float(loss.detach())
-
-
-def merged_state_dict(peft_model: Any, adapter: str = "default") -> dict[str, Any]:
-    """The bare base's state dict with W + ΔW in every LoRA target (out of place; the training base is untouched)."""
-    from peft.tuners.lora import LoraLayer
-
-    inner = peft_model.get_base_model()
-    state = {k.replace(".base_layer.", "."): v for k, v in inner.state_dict().items() if ".lora_" not in k}
-    with torch.no_grad():
-        for name, module in inner.named_modules():
-            if isinstance(module, LoraLayer) and adapter in module.lora_A:
-                base = module.get_base_layer()
-                if not isinstance(base, torch.nn.Linear) or module.fan_in_fan_out or module.use_dora.get(adapter):
-                    raise NotImplementedError(f"{name}: only plain LoRA on nn.Linear is merged here")
-                lora_a = module.lora_A[adapter].weight.to(base.weight.dtype)
-                lora_b = module.lora_B[adapter].weight.to(base.weight.dtype)
-                state[f"{name}.weight"] = torch.addmm(base.weight, lora_b, lora_a, alpha=module.scaling[adapter])
-    return state
-
-
 def sync() -> None:
     """Wait for queued GPU work, so each phase's time is its own (CUDA runs asynchronously); no-op on CPU."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def merge_drift(peft_model: Any, adapter: str = "default") -> float:
-    """Max |W - unmerge(merge(W))| of PEFT's in-place merge on a copy of the first LoRA layer (bf16 base)."""
-    from peft.tuners.lora import LoraLayer
-
-    layer = next(m for m in peft_model.modules() if isinstance(m, LoraLayer) and adapter in m.lora_A)
-    layer = copy.deepcopy(layer)
-    before = layer.get_base_layer().weight.detach().clone()
-    layer.merge(adapter_names=[adapter])
-    layer.unmerge()
-    return float((layer.get_base_layer().weight.detach().float() - before.float()).abs().max())
 
 
 def handoff_adapter(
@@ -281,10 +186,120 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """The whole measurement (set-up, hand-offs, checks) on `args.device`; returns the JSON record (rounded)."""
+@dataclasses.dataclass
+class Sides:
+    """The set-up both hand-offs run on: the trainer, and two serving copies of its base (one takes adapter
+    revisions from the store, the other merged full weights), with the request they answer."""
+
+    trainer: Any
+    optimizer: Any
+    fingerprint: str
+    store: AdapterStore
+    pool: AdapterPool
+    adapter_side: TransformersBackend
+    full_side: TransformersBackend
+    trainer_side: TransformersBackend
+    request: ChatRequest
+    sampling: SamplingParams
+    prompt_ids: Any
+    params: int
+    vocab: int
+    adapter_dtype: str
+
+    def logits(self, model: Any) -> Any:
+        with torch.inference_mode():
+            return model(input_ids=self.prompt_ids).logits[0].float()
+
+
+def set_up(args: argparse.Namespace, workdir: Path) -> Sides:
+    """One base, three resident copies (untimed); the serving sides warmed up."""
     from peft import get_peft_model
 
+    base = build_base(args.shape, args.seed, args.device)
+    params = sum(p.numel() for p in base.parameters())
+    if args.shape != "small" and params < 1_000_000_000:
+        raise SystemExit(f"the measured model has {params:,} parameters; the benchmark needs at least 1e9")
+    serving_adapter = copy.deepcopy(base)
+    serving_full = copy.deepcopy(base)
+    fingerprint = base_fingerprint(base)
+    if base_fingerprint(serving_adapter) != fingerprint:
+        raise RuntimeError("the serving copy's fingerprint differs from the training base's")
+    vocab = base.config.vocab_size
+    trainer = get_peft_model(base, lora_config(args.rank))
+    adapter_dtype = str(next(p for n, p in trainer.named_parameters() if ".lora_" in n).dtype).split(".")[-1]
+    optimizer = torch.optim.AdamW([p for p in trainer.parameters() if p.requires_grad], lr=args.lr)
+
+    tokenizer = build_tokenizer()
+    store = AdapterStore(workdir / "store")
+    adapter_side = TransformersBackend(LoadedModel(serving_adapter, tokenizer, is_vlm=False), max_batch_size=1)
+    pool = AdapterPool(adapter_side, store, base_fingerprint=base_fingerprint(serving_adapter), capacity=MAX_ADAPTERS)
+    full_side = TransformersBackend(LoadedModel(serving_full, tokenizer, is_vlm=False), max_batch_size=1)
+    trainer_side = TransformersBackend(LoadedModel(trainer, tokenizer, is_vlm=False), max_batch_size=1)
+    request = ChatRequest.user(PROMPT)
+    sampling = SamplingParams(max_new_tokens=args.answer_tokens, temperature=0.0)
+    text = tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(args.device)
+    for backend in (adapter_side, full_side):  # warm-up: thread pools, kernels
+        backend.generate([request], sampling)
+    return Sides(
+        trainer, optimizer, fingerprint, store, pool, adapter_side, full_side, trainer_side,
+        request, sampling, prompt_ids, params, vocab, adapter_dtype,
+    )  # fmt: skip
+
+
+def hand_off(
+    sides: Sides, kind: str, repeat: int, parent: str | None, workdir: Path
+) -> tuple[dict, int, str, str | None]:
+    """One timed hand-off of the trainer's current weights, as an adapter revision or as merged full weights:
+    its phase timings, the bytes that moved, the served answer, and the adapter's store reference (the parent
+    of the next revision)."""
+    if kind == "adapter":
+        return handoff_adapter(
+            sides.store, sides.pool, sides.trainer, sides.fingerprint, sides.request, sides.sampling,
+            step=repeat + 1, parent=parent,
+        )  # fmt: skip
+    path = workdir / f"full-{repeat}.safetensors"
+    timing, size, answer = handoff_full(
+        sides.trainer, sides.full_side.loaded.model, sides.full_side, sides.request, sides.sampling, path
+    )
+    path.unlink()
+    return timing, size, answer, parent
+
+
+def check_answers(sides: Sides, answers: dict[str, str], revision: str | None) -> dict[str, Any]:
+    """Untimed: do both serving sides answer like the trained model?
+
+    The adapter path must answer exactly as the trainer; the merged path carries the adapter (closer to the
+    trainer than the bare base) but rounds W + s·B·A to bf16, which can flip a near-tied greedy token of this
+    random model: reported, not required."""
+    trainer = sides.trainer
+    answers["trainer"] = sides.trainer_side.generate(
+        [dataclasses.replace(sides.request, adapter="default")], sides.sampling
+    )[0].text
+    trained = sides.logits(trainer)
+    with trainer.disable_adapter():
+        bare = sides.logits(trainer)
+    with sides.adapter_side.using_adapter(revision):
+        served = {
+            "adapter": sides.logits(sides.adapter_side.loaded.model),
+            "full": sides.logits(sides.full_side.loaded.model),
+        }
+    effect = float((bare - trained).abs().mean())
+    check: dict[str, Any] = {"adapter_effect_mean_abs": effect}
+    ok = answers["adapter"] == answers["trainer"]
+    for kind, got in served.items():
+        diff = float((got - trained).abs().mean())
+        check[f"{kind}_vs_trainer_mean_abs"] = diff
+        check[f"{kind}_vs_trainer_max_abs"] = float((got - trained).abs().max())
+        ok = ok and diff < effect
+    ok = ok and int(served["adapter"][-1].argmax()) == int(trained[-1].argmax())
+    check["full_answer_equal"] = answers["full"] == answers["trainer"]
+    check["ok"] = ok
+    return check
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole measurement (set-up, hand-offs, checks) on `args.device`; returns the JSON record (rounded)."""
     began = time.perf_counter()
     load_avg = os.getloadavg()[0]  # other work on the machine inflates every figure alike
     if args.threads:
@@ -293,146 +308,95 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     owned = args.workdir is None
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        # -- set-up (untimed): one base, three resident copies --------------------------------------------------
-        shape = args.shape
-        base = build_base(shape, args.seed, args.device)
-        params = sum(p.numel() for p in base.parameters())
-        if shape != "small" and params < 1_000_000_000:
-            raise SystemExit(f"the measured model has {params:,} parameters; the benchmark needs at least 1e9")
-        vocab = base.config.vocab_size
-        serving_adapter = copy.deepcopy(base)
-        serving_full = copy.deepcopy(base)
-        fingerprint = base_fingerprint(base)
-        if base_fingerprint(serving_adapter) != fingerprint:
-            raise RuntimeError("the serving copy's fingerprint differs from the training base's")
-        trainer = get_peft_model(base, lora_config(args.rank))
-        adapter_dtype = str(next(p for n, p in trainer.named_parameters() if ".lora_" in n).dtype).split(".")[-1]
-        optimizer = torch.optim.AdamW([p for p in trainer.parameters() if p.requires_grad], lr=args.lr)
-
-        tokenizer = build_tokenizer()
-        store = AdapterStore(workdir / "store")
-        backend_a = TransformersBackend(LoadedModel(serving_adapter, tokenizer, is_vlm=False), max_batch_size=1)
-        pool = AdapterPool(backend_a, store, base_fingerprint=base_fingerprint(serving_adapter), capacity=MAX_ADAPTERS)
-        backend_b = TransformersBackend(LoadedModel(serving_full, tokenizer, is_vlm=False), max_batch_size=1)
-        backend_t = TransformersBackend(LoadedModel(trainer, tokenizer, is_vlm=False), max_batch_size=1)
-        request = ChatRequest.user(PROMPT)
-        sampling = SamplingParams(max_new_tokens=args.answer_tokens, temperature=0.0)
-        text = tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-        prompt_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(args.device)
-        for backend in (backend_a, backend_b):  # warm-up: thread pools, kernels
-            backend.generate([request], sampling)
-
-        def logits(model: Any) -> Any:
-            with torch.inference_mode():
-                return model(input_ids=prompt_ids).logits[0].float()
-
+        sides = set_up(args, workdir)
         # The serving side's first adapter injects PEFT's LoRA layers (once per resident slot); every later
         # revision is copied into a freed slot in place. Warm that up like the kernels, and report it.
         cold = time.perf_counter()
-        warm_ref = handoff_adapter(store, pool, trainer, fingerprint, request, sampling, step=0, parent=None)[3]
+        parent = hand_off(sides, "adapter", -1, None, workdir)[3]
         cold_s = time.perf_counter() - cold
-        train_losses = [train_step(trainer, optimizer, args.train_tokens, vocab, args.seed + 1)]
-        drift = merge_drift(trainer)
+        train_losses = [train_step(sides.trainer, sides.optimizer, args.train_tokens, sides.vocab, args.seed + 1)]
+        drift = merge_drift(sides.trainer)
         setup_s = time.perf_counter() - began
 
-        # -- the hand-offs ------------------------------------------------------------------------------------------
         runs: dict[str, list[dict[str, float]]] = {"adapter": [], "full": []}
         sizes: dict[str, list[int]] = {"adapter": [], "full": []}
         checks: list[dict[str, Any]] = []
-        parent: str | None = warm_ref
         for repeat in range(args.repeats):
             if repeat:
-                train_losses.append(train_step(trainer, optimizer, args.train_tokens, vocab, args.seed + 1 + repeat))
+                step_seed = args.seed + 1 + repeat
+                train_losses.append(
+                    train_step(sides.trainer, sides.optimizer, args.train_tokens, sides.vocab, step_seed)
+                )
             answers: dict[str, str] = {}
-
-            for kind in ("adapter", "full") if repeat % 2 == 0 else ("full", "adapter"):
-                if kind == "adapter":
-                    timing, size, answers[kind], parent = handoff_adapter(
-                        store, pool, trainer, fingerprint, request, sampling, step=repeat + 1, parent=parent
-                    )
-                else:
-                    path = workdir / f"full-{repeat}.safetensors"
-                    timing, size, answers[kind] = handoff_full(
-                        trainer, serving_full, backend_b, request, sampling, path
-                    )
-                    path.unlink()
+            for kind in ("adapter", "full") if repeat % 2 == 0 else ("full", "adapter"):  # order turned each time
+                timing, size, answers[kind], parent = hand_off(sides, kind, repeat, parent, workdir)
                 runs[kind].append(timing)
                 sizes[kind].append(size)
-
-            # -- untimed: do both serving sides answer like the trained model? --------------------------------------
-            answers["trainer"] = backend_t.generate([dataclasses.replace(request, adapter="default")], sampling)[0].text
-            trained = logits(trainer)
-            with trainer.disable_adapter():
-                bare = logits(trainer)
-            with backend_a.using_adapter(parent):
-                served = {"adapter": logits(backend_a.loaded.model), "full": logits(serving_full)}
-            effect = float((bare - trained).abs().mean())
-            check = {"adapter_effect_mean_abs": effect}
-            # The adapter path must answer exactly as the trainer; the merged path carries the adapter
-            # (closer to the trainer than the bare base) but rounds W + s·B·A to bf16, which can flip a
-            # near-tied greedy token of this random model: reported, not required.
-            ok = answers["adapter"] == answers["trainer"]
-            for kind, got in served.items():
-                diff = float((got - trained).abs().mean())
-                check[f"{kind}_vs_trainer_mean_abs"] = diff
-                check[f"{kind}_vs_trainer_max_abs"] = float((got - trained).abs().max())
-                ok = ok and diff < effect
-            ok = ok and int(served["adapter"][-1].argmax()) == int(trained[-1].argmax())
-            check["full_answer_equal"] = answers["full"] == answers["trainer"]
-            check["ok"] = ok
-            checks.append(check)
-
-        def median(kind: str, phase: str) -> float:
-            return statistics.median(run[phase] for run in runs[kind])
-
-        adapter_s, full_s = median("adapter", "total"), median("full", "total")
-        adapter_bytes, full_bytes = int(statistics.median(sizes["adapter"])), int(statistics.median(sizes["full"]))
-        r8, r64 = count_7b(8), count_7b(64)
-        record = {
-            "benchmark": "adapter_handoff",
-            "model_shape": shape,
-            "device": args.device,
-            "params_measured": params,
-            "rank": args.rank,
-            "adapter_dtype": adapter_dtype,
-            "repeats": args.repeats,
-            "answer_tokens": args.answer_tokens,
-            "adapter_bytes": adapter_bytes,
-            "full_bytes": full_bytes,
-            "bytes_ratio_measured": full_bytes / adapter_bytes,
-            "adapter_handoff_s": adapter_s,
-            "full_handoff_s": full_s,
-            "time_ratio_measured": full_s / adapter_s,
-            "adapter_phases_s": {p: median("adapter", p) for p in ("export", "load", "answer")},
-            "full_phases_s": {
-                p: median("full", p)
-                for p in ("export", "load", "answer", "export_merge", "export_write", "export_fsync")
-            },
-            "time_ratio_export_load": (median("full", "export") + median("full", "load"))
-            / (median("adapter", "export") + median("adapter", "load")),
-            "adapter_handoff_runs_s": [r["total"] for r in runs["adapter"]],
-            "adapter_first_handoff_s": cold_s,
-            "full_handoff_runs_s": [r["total"] for r in runs["full"]],
-            "params_7b": r8["base_params"],
-            "lora_params_7b_r8": r8["lora_params"],
-            "lora_params_7b_r64": r64["lora_params"],
-            "bytes_ratio_7b_r8": r8["base_params"] / r8["lora_params"],
-            "bytes_ratio_7b_r64": r64["base_params"] / r64["lora_params"],
-            "answers_match": all(c["ok"] for c in checks),
-            "answer_checks": checks,
-            "merge_drift_max_abs": drift,
-            "train_losses": train_losses,
-            "threads": torch.get_num_threads(),
-            "load_avg_1m_at_start": load_avg,
-            "peak_rss_gib": peak_rss_mib() / 1024,
-            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if "cuda" in args.device else None,
-            "setup_s": setup_s,
-            "wall_s": time.perf_counter() - began,
-        }
+            checks.append(check_answers(sides, answers, parent))
+        record = figures(args, sides, runs, sizes, cold_s)
+        record.update(
+            answers_match=all(c["ok"] for c in checks),
+            answer_checks=checks,
+            merge_drift_max_abs=drift,
+            train_losses=train_losses,
+            threads=torch.get_num_threads(),
+            load_avg_1m_at_start=load_avg,
+            peak_rss_gib=peak_rss_mib() / 1024,
+            peak_gpu_gib=torch.cuda.max_memory_allocated() / 2**30 if "cuda" in args.device else None,
+            setup_s=setup_s,
+            wall_s=time.perf_counter() - began,
+        )
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)
     return rounded(record, DIGITS)
+
+
+def figures(
+    args: argparse.Namespace,
+    sides: Sides,
+    runs: dict[str, list[dict[str, float]]],
+    sizes: dict[str, list[int]],
+    cold_s: float,
+) -> dict[str, Any]:
+    """The record's measured figures (medians over the repeats) and the 7B counts, in the JSON line's order."""
+
+    def median(kind: str, phase: str) -> float:
+        return statistics.median(run[phase] for run in runs[kind])
+
+    adapter_s, full_s = median("adapter", "total"), median("full", "total")
+    adapter_bytes, full_bytes = int(statistics.median(sizes["adapter"])), int(statistics.median(sizes["full"]))
+    r8, r64 = count_7b(8), count_7b(64)
+    return {
+        "benchmark": "adapter_handoff",
+        "model_shape": args.shape,
+        "device": args.device,
+        "params_measured": sides.params,
+        "rank": args.rank,
+        "adapter_dtype": sides.adapter_dtype,
+        "repeats": args.repeats,
+        "answer_tokens": args.answer_tokens,
+        "adapter_bytes": adapter_bytes,
+        "full_bytes": full_bytes,
+        "bytes_ratio_measured": full_bytes / adapter_bytes,
+        "adapter_handoff_s": adapter_s,
+        "full_handoff_s": full_s,
+        "time_ratio_measured": full_s / adapter_s,
+        "adapter_phases_s": {p: median("adapter", p) for p in ("export", "load", "answer")},
+        "full_phases_s": {
+            p: median("full", p) for p in ("export", "load", "answer", "export_merge", "export_write", "export_fsync")
+        },
+        "time_ratio_export_load": (median("full", "export") + median("full", "load"))
+        / (median("adapter", "export") + median("adapter", "load")),
+        "adapter_handoff_runs_s": [r["total"] for r in runs["adapter"]],
+        "adapter_first_handoff_s": cold_s,
+        "full_handoff_runs_s": [r["total"] for r in runs["full"]],
+        "params_7b": r8["base_params"],
+        "lora_params_7b_r8": r8["lora_params"],
+        "lora_params_7b_r64": r64["lora_params"],
+        "bytes_ratio_7b_r8": r8["base_params"] / r8["lora_params"],
+        "bytes_ratio_7b_r64": r64["base_params"] / r64["lora_params"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
