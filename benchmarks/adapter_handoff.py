@@ -248,17 +248,17 @@ def set_up(args: argparse.Namespace, workdir: Path) -> Sides:
 
 
 def hand_off(
-    sides: Sides, kind: str, repeat: int, parent: str | None, workdir: Path
+    sides: Sides, kind: str, step: int, parent: str | None, workdir: Path
 ) -> tuple[dict, int, str, str | None]:
-    """One timed hand-off of the trainer's current weights, as an adapter revision or as merged full weights:
-    its phase timings, the bytes that moved, the served answer, and the adapter's store reference (the parent
-    of the next revision)."""
+    """One timed hand-off of the trainer's weights after training step `step`, as an adapter revision or as
+    merged full weights: its phase timings, the bytes that moved, the served answer, and the adapter's store
+    reference (the parent of the next revision)."""
     if kind == "adapter":
         return handoff_adapter(
             sides.store, sides.pool, sides.trainer, sides.fingerprint, sides.request, sides.sampling,
-            step=repeat + 1, parent=parent,
+            step=step, parent=parent,
         )  # fmt: skip
-    path = workdir / f"full-{repeat}.safetensors"
+    path = workdir / f"full-{step}.safetensors"
     timing, size, answer = handoff_full(
         sides.trainer, sides.full_side.loaded.model, sides.full_side, sides.request, sides.sampling, path
     )
@@ -312,7 +312,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         # The serving side's first adapter injects PEFT's LoRA layers (once per resident slot); every later
         # revision is copied into a freed slot in place. Warm that up like the kernels, and report it.
         cold = time.perf_counter()
-        parent = hand_off(sides, "adapter", -1, None, workdir)[3]
+        parent = hand_off(sides, "adapter", 0, None, workdir)[3]
         cold_s = time.perf_counter() - cold
         train_losses = [train_step(sides.trainer, sides.optimizer, args.train_tokens, sides.vocab, args.seed + 1)]
         drift = merge_drift(sides.trainer)
@@ -329,7 +329,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 )
             answers: dict[str, str] = {}
             for kind in ("adapter", "full") if repeat % 2 == 0 else ("full", "adapter"):  # order turned each time
-                timing, size, answers[kind], parent = hand_off(sides, kind, repeat, parent, workdir)
+                timing, size, answers[kind], parent = hand_off(sides, kind, repeat + 1, parent, workdir)
                 runs[kind].append(timing)
                 sizes[kind].append(size)
             checks.append(check_answers(sides, answers, parent))

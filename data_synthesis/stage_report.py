@@ -6,12 +6,12 @@ The whole summary is a file (`OUT/<stage>.summary.json`); the terminal gets the 
 chain run on empty data used to end with exit 0 and no word, which reads as success.
 
     lines = stage_table("negatives", summary, Path("runs/synth/negatives.summary.json"))
-    problems = empty_parts("negatives", summary)     # ["no negatives: …"] or []
+    problems = empty_parts("negatives", summary)     # ["no negatives were written …"] or []
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,8 @@ def stage_table(stage: str, summary: Mapping[str, Any], summary_file: Path) -> l
     else:
         rows.append(("rows", _rows(summary)))
         if stage == "negatives":
-            n_in = summary.get("n_out", 0)
-            per_row = f"{summary.get('negatives', 0) / n_in:.1f} a row; " if n_in else ""
+            n_out = summary.get("n_out", 0)
+            per_row = f"{summary.get('negatives', 0) / n_out:.1f} a row; " if n_out else ""
             rows += [
                 (
                     "negatives",
@@ -110,8 +110,13 @@ def empty_parts(stage: str, summary: Mapping[str, Any], *, val_fraction: float |
     return problems
 
 
-def check_not_empty(stage: str, summary: Mapping[str, Any], *, allow_empty: bool, **options: Any) -> None:
-    """Raise `EmptyOutput` naming what is empty, unless `allow_empty`."""
-    problems = empty_parts(stage, summary, **options)
+def check_not_empty(stages: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]], *, allow_empty: bool) -> None:
+    """Raise one `EmptyOutput` naming everything empty in `(stage, summary, empty_parts options)`, unless
+    `allow_empty`: a single stage checks itself, `synth all` its whole chain."""
+    problems = [
+        f"{stage}: {problem}"
+        for stage, summary, options in stages
+        for problem in empty_parts(stage, summary, **options)
+    ]
     if problems and not allow_empty:
-        raise EmptyOutput(f"{stage}: {'; '.join(problems)} — fix the input, or pass --allow-empty to accept it")
+        raise EmptyOutput(f"{'; '.join(problems)} — fix the input, or pass --allow-empty to accept it")

@@ -120,7 +120,7 @@ def load_items(path: str | Path, *, check_images: bool = True, max_bad_fraction:
     def parse(row: object, where: str) -> MCItem:
         item = MCItem.from_dict(row, where=where)
         for ref in item.images if check_images else ():
-            problem = problems.get(ref) if isinstance(ref, str) else _decode_problem(ref, base)
+            problem = problems[ref] if isinstance(ref, str) and ref in problems else _decode_problem(ref, base)
             if problem is not None:
                 raise DataError(
                     "image",

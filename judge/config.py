@@ -9,7 +9,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ConfigError", "config_from_yaml", "config_values", "fold_dotted_keys", "parse_key_values", "yaml_load"]
+__all__ = [
+    "ConfigError",
+    "config_from_yaml",
+    "config_values",
+    "fold_dotted_keys",
+    "parse_key_values",
+    "put_dotted",
+    "yaml_load",
+]
 
 T = TypeVar("T")
 
@@ -56,6 +64,21 @@ def parse_key_values(pairs: Iterable[str], example: str = "max_steps=20") -> dic
     return out
 
 
+def put_dotted(mapping: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `a.b.c` in `mapping` (in place), making a fresh dict of each level on the way.
+
+    >>> values = {"model": {"backend": "openai"}}; put_dotted(values, "model.options.timeout", 30); values
+    {'model': {'backend': 'openai', 'options': {'timeout': 30}}}
+    """
+    head, _, rest = dotted.partition(".")
+    if not rest:
+        mapping[head] = value
+        return
+    inner = mapping.get(head)
+    mapping[head] = inner = dict(inner) if isinstance(inner, Mapping) else {}
+    put_dotted(inner, rest, value)
+
+
 def fold_dotted_keys(values: Mapping[str, Any], nested: Iterable[str]) -> dict[str, Any]:
     """`values` with `a.b.c=…` keys folded into the mapping field `a`, for each `a` in `nested`.
 
@@ -68,15 +91,10 @@ def fold_dotted_keys(values: Mapping[str, Any], nested: Iterable[str]) -> dict[s
     out = dict(values)
     heads = set(nested)
     for key in [k for k in out if "." in k and k.split(".", 1)[0] in heads]:
-        value = out.pop(key)
-        parts = key.split(".")
-        inner = out.get(parts[0])
-        if inner is not None and not isinstance(inner, Mapping):
-            raise ConfigError(f"{key}: {parts[0]} is {inner!r}, not a mapping to set {'.'.join(parts[1:])} in")
-        node = out[parts[0]] = dict(inner or {})
-        for part in parts[1:-1]:
-            node[part] = node = dict(node.get(part) or {})
-        node[parts[-1]] = value
+        head, _, rest = key.partition(".")
+        if out.get(head) is not None and not isinstance(out[head], Mapping):
+            raise ConfigError(f"{key}: {head} is {out[head]!r}, not a mapping to set {rest} in")
+        put_dotted(out, key, out.pop(key))
     return out
 
 

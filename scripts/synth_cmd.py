@@ -270,7 +270,7 @@ def _report(stage: str, summary: dict, out: Path, *, allow_empty: bool = True, *
     from data_synthesis.stage_report import SUMMARY_FILES, check_not_empty, stage_table
 
     print("\n".join(stage_table(stage, summary, Path(out) / SUMMARY_FILES[stage])))
-    check_not_empty(stage, summary, allow_empty=allow_empty, **options)
+    check_not_empty([(stage, summary, options)], allow_empty=allow_empty)
     return 0
 
 
@@ -388,20 +388,15 @@ def run_all(args: argparse.Namespace) -> int:
 def _refuse_empty_chain(summary: dict[str, Any], config: Any, *, allow_empty: bool) -> None:
     """`synth all` ran to the end: say which stage's output is empty (all of them at once), unless allowed."""
     from data_synthesis.assemble import AssembleConfig
-    from data_synthesis.stage_report import EmptyOutput, empty_parts
+    from data_synthesis.stage_report import check_not_empty
 
     val_fraction = AssembleConfig(**config.assemble).val_fraction
-    problems = [
-        f"{stage}: {problem}"
-        for stage, key, options in (
-            ("negatives", "negatives", {}),
-            ("assemble", "items", {"val_fraction": val_fraction}),
-            ("distill", "distilled", {}),
-        )
-        for problem in empty_parts(stage, summary[key], **options)
+    chain = [
+        ("negatives", summary["negatives"], {}),
+        ("assemble", summary["items"], {"val_fraction": val_fraction}),
+        ("distill", summary["distilled"], {}),
     ]
-    if problems and not allow_empty:
-        raise EmptyOutput(f"{'; '.join(problems)} — fix the input, or pass --allow-empty to accept it")
+    check_not_empty(chain, allow_empty=allow_empty)
 
 
 def all_line(summary: dict[str, Any], out: Path) -> str:

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from judge.config import put_dotted
 from judge.reward.trl.spec import TRANSPORTS
 
 __all__ = ["LEGACY_REWARD_KEYS", "nest_reward_keys"]
@@ -39,16 +40,6 @@ LEGACY_REWARD_KEYS = {
     "judge_max_concurrency": "max_concurrency",
 }
 """The recipe's flat fields before the nested `reward`, and where each now lives under it."""
-
-
-def _put(mapping: dict[str, Any], dotted: str, value: Any) -> None:
-    head, _, rest = dotted.partition(".")
-    if not rest:
-        mapping[head] = value
-        return
-    inner = mapping.get(head)
-    mapping[head] = inner = dict(inner) if isinstance(inner, Mapping) else {}
-    _put(inner, rest, value)
 
 
 def _transport_of_legacy(reward: dict[str, Any], legacy: set[str]) -> str | None:
@@ -79,7 +70,7 @@ def nest_reward_keys(values: Mapping[str, Any]) -> dict[str, Any]:
     reward = copy.deepcopy(dict(given or {}))
     if legacy:
         for old, value in legacy.items():
-            _put(reward, LEGACY_REWARD_KEYS[old], value)
+            put_dotted(reward, LEGACY_REWARD_KEYS[old], value)
         transport = _transport_of_legacy(reward, {LEGACY_REWARD_KEYS[old].split(".")[0] for old in legacy})
         ignored = []
         if transport in TRANSPORTS:
@@ -91,6 +82,6 @@ def nest_reward_keys(values: Mapping[str, Any]) -> dict[str, Any]:
         note = f" (ignored with transport {transport}: {', '.join(ignored)})" if ignored else ""
         warnings.warn(f"the flat judge_* fields are now nested under reward: {renames}{note}", FutureWarning, 2)
     for key, value in dotted.items():
-        _put(reward, key.removeprefix("reward."), value)
+        put_dotted(reward, key.removeprefix("reward."), value)
     values["reward"] = reward
     return values

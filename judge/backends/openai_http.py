@@ -367,12 +367,13 @@ def endpoint_error(exc: BaseException) -> str | None:
             404: f"check the URL ends in /v1 and the model name is one `GET {root}/models` lists",
         }.get(exc.status_code, "fix the request or the server, then run the same command again (it resumes)")
         return f"{root} answered {exc.status_code} ({detail}): {hint}"
-    cause = exc.__cause__ or exc.__context__
-    why = (
-        "timed out"
-        if isinstance(exc, openai.APITimeoutError)
-        else (str(cause) or type(cause).__name__ if cause else "")
-    )
+    cause = exc.__cause__ or exc.__context__  # httpx's ConnectError, which says what happened
+    if isinstance(exc, openai.APITimeoutError):
+        why = "timed out"
+    elif cause is not None:
+        why = str(cause) or type(cause).__name__
+    else:
+        why = ""
     return (
         f"cannot reach the model server at {root}"
         + (f" ({why})" if why else "")
