@@ -39,10 +39,11 @@ from benchmarks.kit import emit, rounded
 from benchmarks.workers import paired_bootstrap
 from jobs.jsonl import read_jsonl
 from tiny_world.demo.config import DemoConfig
-from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages
+from tiny_world.demo.runner import demo_figures, demo_judge, demo_recipe, demo_stage_hash, run_stages
 from tiny_world.demo.stages.training import log_stats
 from tiny_world.heldout import UNDECIDED_CREDIT, evidence_of, score_verdicts
 from tiny_world.judge_pool import (
+    POOL_SEED_OFFSET,
     all_pairs,
     content_key,
     filter_pool,
@@ -51,7 +52,7 @@ from tiny_world.judge_pool import (
     write_pool_sft,
     write_pool_world,
 )
-from tiny_world.recipe import History, TinyJudgeRecipe
+from tiny_world.recipe import TRACES, History, TinyJudgeRecipe
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,6 +62,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--demo", type=Path, help="a demo folder whose stages up to `sft` are done (default: train one)"
     )
     parser.add_argument("--report", choices=("heldout", "dev"), default="heldout", help="the set figures are on")
+    parser.add_argument(
+        "--traces",
+        choices=TRACES,
+        help="SFT traces: exact (the scene's) or distilled (the paper's, from descriptions with errors); "
+        "default: the --demo folder's, else exact",
+    )
+    parser.add_argument(
+        "--describe-error-rate",
+        type=float,
+        help="distilled traces: the describer's per-fact error rate (default: the --demo folder's, else 0.1)",
+    )
     parser.add_argument("--seeds", default="0,1,2", help="GRPO seeds, comma-separated")
     parser.add_argument("--pool-n", type=int, default=700, help="fresh world records drawn for the pool")
     parser.add_argument("--dev-fraction", type=float, default=0.2, help="share of them set apart for choices")
@@ -100,7 +112,8 @@ def build_pool(
     from jobs.jsonl import write_json_atomic
 
     key = {"demo": str(demo.resolve()), "sft": demo_stage_hash(demo, "sft"), "pool_n": args.pool_n}
-    key.update(dev_fraction=args.dev_fraction, seed=recipe.seed)
+    key.update(dev_fraction=args.dev_fraction, seed=recipe.seed, traces=recipe.traces)
+    key.update(describe_error_rate=recipe.describe_error_rate)
     pool_rows, dev_rows = split_dev(
         write_pool_world(recipe, folder, args.pool_n, exclude={content_key(r) for r in rows}),
         args.dev_fraction,
@@ -114,9 +127,47 @@ def build_pool(
     kept, figures = filter_pool(candidates, verdicts, recipe.seed)
     figures["filter_s"] = round(filter_s, 1)
     write_pool_items(kept, folder / "rl.jsonl")
-    write_pool_sft(kept, folder / "sft.jsonl", recipe.reasoner_style)
+    figures["sft_traces"] = write_pool_sft(
+        kept,
+        folder / "sft.jsonl",
+        recipe.reasoner_style,
+        traces=recipe.traces,
+        describe_error_rate=recipe.describe_error_rate,
+        seed=recipe.seed + POOL_SEED_OFFSET,
+    )
     write_json_atomic(record, {"key": key, "figures": figures})
     return figures, dev_rows
+
+
+def trace_figures(recipe: TinyJudgeRecipe, demo: Path, pool: dict[str, Any], rl: Path) -> dict[str, Any]:
+    """Where the SFT traces came from and what distillation kept: for the SFT judge's data (`sft`) and for
+    the pool's more-SFT control (`pool`); `grpo_on_dropped_items` counts GRPO's pool items that have no
+    trace (judge GRPO needs only their label)."""
+    distill, traced = demo_figures(demo, "distill"), pool.get("sft_traces", {})
+    dropped = set(traced.get("dropped", ()))
+    rl_ids = [row["id"] for _, row in read_jsonl(rl)]
+    return {
+        "traces": recipe.traces,
+        "describe_error_rate": {
+            "set": recipe.describe_error_rate,
+            "measured": distill.get("measured_error_rate", 0.0),
+            "measured_pool": traced.get("measured_error_rate", 0.0),
+        },
+        "traces_kept": {
+            "sft": distill["sft_train"] + distill["sft_val"],
+            "sft_fraction": distill["kept_fraction"],
+            "sft_drop_reasons": distill.get("drop_reasons", {}),
+            "pool": traced.get("kept", traced.get("examples")),
+            "pool_items": traced.get("items", traced.get("examples")),
+            "pool_drop_reasons": traced.get("drop_reasons", {}),
+        },
+        "traces_false_fact_share": {
+            "sft": distill.get("false_fact_share", 0.0),
+            "pool": traced.get("false_fact_share", 0.0),
+        },
+        "grpo_on_dropped_items": sum(item_id in dropped for item_id in rl_ids),
+        "grpo_pool_items": len(rl_ids),
+    }
 
 
 def judge_pairs(recipe: TinyJudgeRecipe, model: Path, pairs: list[Any]) -> tuple[list[Any], float]:
@@ -231,8 +282,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     demo = args.demo
     if demo is None:  # the demo's judge recipe up to SFT, in the benchmark's own folder (resumable)
         demo = out / "demo"
-        run_stages(DemoConfig(grpo_max_steps=0), demo, until="sft")
+        traces = args.traces or "exact"
+        rate = (0.1 if args.describe_error_rate is None else args.describe_error_rate) if traces == "distilled" else 0.0
+        run_stages(DemoConfig(grpo_max_steps=0, traces=traces, describe_error_rate=rate), demo, until="sft")
     recipe = demo_recipe(demo)
+    given = {"traces": args.traces, "describe_error_rate": args.describe_error_rate}
+    for name, value in given.items():
+        if value is not None and value != getattr(recipe, name):
+            raise SystemExit(f"--{name.replace('_', '-')} {value}: {demo} was made with {getattr(recipe, name)}")
     sft = demo_judge(demo, "sft")
 
     rows, val_ids = sft_world(demo)
@@ -275,6 +332,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "judge_grpo_gain",
         "report_set": args.report,
+        **trace_figures(recipe, demo, pool, out / "pool" / "rl.jsonl"),
         "heldout_sft": arms["sft"]["accuracy"],
         "heldout_grpo": arms["grpo"]["accuracy"],
         "heldout_sft_more": more_accuracy,
@@ -290,7 +348,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "frac_reward_zero_std_last": seed_mean(zero_std, 1),
         "entropy_first": seed_mean(entropy, 0),
         "entropy_last": seed_mean(entropy, 1),
-        "pool": pool,
+        "pool": {k: v for k, v in pool.items() if k != "sft_traces"},
         "report_pairs": len(report),
         "image_share_report": sum(evidence_of(p.meta["flaw"]) == "image" for p in report) / len(report),
         "seeds": seeds,

@@ -52,18 +52,14 @@ from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
 from judge.models import LoadedModel, load_model, load_processor
 from judge.types import MCItem
-from tiny_world.model import build_tiny_model
+from tiny_world.model import build_tiny_model, qwen_text_shape
 
 # Qwen2.5-VL-7B-Instruct's config.json (text and vision towers), for `--shape qwen2.5-vl-7b`.
 QWEN2_5_VL_7B = dict(
     text=dict(
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        vocab_size=152064,
-        max_position_embeddings=128000,
+        **qwen_text_shape(
+            hidden=3584, layers=28, heads=28, kv_heads=4, intermediate=18944, vocab=152064, max_positions=128000
+        ),
         rms_norm_eps=1e-6,
         rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]},
     ),

@@ -35,12 +35,14 @@ from judge.prompt import lettered_candidates, option_letters
 
 __all__ = [
     "PAPER_CATEGORIES",
+    "DescriptionReasoner",
     "Distiller",
     "ModelReasoner",
     "ModelRewriter",
     "Rewritten",
     "RuleRewriter",
     "SceneReasoner",
+    "false_fact_share",
     "normalize_trace",
     "summarize_distilled",
 ]
@@ -77,7 +79,20 @@ class Rewriter(Protocol):
         ...
 
 
-class SceneReasoner:
+class _WorldReasoner:
+    """A reasoner of the synthetic world, writing traces in one of the registered styles (`world.REASONERS`)."""
+
+    name = "world_reasoner"
+
+    def __init__(self, style: str = "diff") -> None:
+        from data_synthesis.world import reasoner_style
+
+        reasoner_style(style)  # an unknown style fails here, naming the known ones
+        self.style = style
+        self.tag = f"{self.name}:{style}"
+
+
+class SceneReasoner(_WorldReasoner):
     """The synthetic world's deterministic reasoner: checks every option against the scene (no hint needed).
 
     `style` is `world.scene_reasoner`'s, a name in the registry `world.REASONERS` (`world/styles.py` says
@@ -85,12 +100,7 @@ class SceneReasoner:
     options compared with each other, then only the disputed slot checked), "pairs", "scene", "keyed", "checks".
     """
 
-    def __init__(self, style: str = "diff") -> None:
-        from data_synthesis.world import reasoner_style
-
-        reasoner_style(style)  # an unknown style fails here, naming the known ones
-        self.style = style
-        self.tag = f"scene_reasoner:{style}"
+    name = "scene_reasoner"
 
     def __call__(self, items: list[Row]) -> list[str]:
         from data_synthesis.world import Scene, Task, scene_reasoner
@@ -104,6 +114,32 @@ class SceneReasoner:
                 )
             scene, task = Scene.from_dict(world["scene"]), Task.from_dict(world["task"])
             out.append(scene_reasoner(scene, task, item["question"], item["candidates"], style=self.style))
+        return out
+
+
+class DescriptionReasoner(_WorldReasoner):
+    """The synthetic world's stand-in for the text reasoning model: it reads the item's description, the
+    question, the lettered options and the hint (the label), and never the scene.
+
+    Its trace is `world.description_reasoner`'s: the scene as the description states it, checked against
+    each option in `style`; where no option matches that reading it follows the hint. A misread description
+    therefore gives a wrong answer (dropped) or a trace that reaches the label from misread facts (kept),
+    as distillation from a real captioner does.
+    """
+
+    name = "description_reasoner"
+
+    def __call__(self, items: list[Row]) -> list[str]:
+        from data_synthesis.world import description_reasoner
+
+        out = []
+        for item in items:
+            description = item["meta"].get("description")
+            if not description:
+                raise ValueError(f"item {item['id']!r} has no description: run the describe stage first")
+            out.append(
+                description_reasoner(description, item["question"], item["candidates"], item["label"], self.style)
+            )
         return out
 
 
@@ -356,6 +392,18 @@ def summarize_distilled(rows: list[Row]) -> dict[str, Any]:
         "truncated": drops.get("truncated", 0),
         "completion_tokens": sum(row.get("usage", {}).get("completion_tokens", 0) for row in rows),
     }
+
+
+def false_fact_share(items: list[Row], rows: list[Row], style: str) -> float | None:
+    """The share of kept traces that state something the picture does not show: on the synthetic world, the
+    kept traces that differ from the one the scene reasoner (exact by construction) writes for the same item
+    and `style`, after the same rewriting. None when nothing was kept."""
+    kept = {row["id"]: row["completion"] for row in rows if row["kept"]}
+    todo = [item for item in items if item["id"] in kept]
+    if not todo:
+        return None
+    exact = Distiller(SceneReasoner(style), RuleRewriter())(todo)
+    return sum(row["completion"] != kept[row["id"]] for row in exact) / len(todo)
 
 
 def distilled_tokens(row: Row) -> int:

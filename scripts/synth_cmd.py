@@ -212,6 +212,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p = stages.add_parser("describe", help="describe each image in text (distillation step 1)")
     _job_args(p)
     p.add_argument("--describer", choices=("model", "scene"), default="scene")
+    p.add_argument(
+        "--describe-error-rate",
+        type=float,
+        default=0.0,
+        help="scene describer: each fact misread with this probability, as a captioner errs (0: exact; "
+        "the errors are drawn from --describer-seed, default 0)",
+    )
     _model_args(p)
     p.add_argument("--max-new-tokens", type=int, help="same as --describer-max-tokens (kept for old scripts)")
     _sampling_flags(p, "describer")
@@ -231,14 +238,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "distill", help="reason with a hint, strip it, align style, keep correct traces (judge SFT data)"
     )
     _job_args(p)
-    p.add_argument("--reasoner", choices=("model", "scene"), default="scene")
+    p.add_argument(
+        "--reasoner",
+        choices=("model", "scene", "description"),
+        default="scene",
+        help="scene: exact traces from the world's scene; description: the world's text reasoner, from the "
+        "description only (the paper's distillation); model: a text reasoning model (--reasoner-model)",
+    )
     from data_synthesis.world import REASONER_STYLES
 
     p.add_argument(
         "--reasoner-style",
         choices=REASONER_STYLES,
         default="diff",
-        help="scene reasoner's trace layout (data_synthesis.world.scene_reasoner)",
+        help="the scene or description reasoner's trace layout (data_synthesis.world.scene_reasoner)",
     )
     _model_args(p, "reasoner")
     p.add_argument("--rewriter", choices=("model", "rules"), default="rules")
@@ -325,7 +338,9 @@ def run_negatives(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     from data_synthesis.pipeline import run_describe as run
 
-    return _mllm_stage("describe", run, args, "describer", describer=args.describer)
+    seed = _sampling_from(args, "describer").get("seed") or 0
+    options = dict(describer=args.describer, describe_error_rate=args.describe_error_rate, seed=seed)
+    return _mllm_stage("describe", run, args, "describer", **options)
 
 
 def _mllm_stage(stage: str, run, args: argparse.Namespace, role: str, **options: Any) -> int:

@@ -16,8 +16,9 @@ the "verdict follows the image line" property held-out accuracy rests on. Here:
 - `dev` records are split off before filtering, for choices (learning rate, steps): the held-out set that
   figures are reported on is the SFT world's validation split, never looked at for choices.
 
-The same pool feeds the honest control, more SFT (`write_pool_sft`): the scene reasoner writes exact traces
-for the kept pairs, so "more SFT on the same items" is what GRPO must beat to be worth its cost.
+The same pool feeds the honest control, more SFT (`write_pool_sft`): traces made for the kept pairs the way the
+SFT judge's were (exact, or distilled from descriptions with errors, when only the kept traces count), so
+"more SFT on the same items" is what GRPO must beat to be worth its cost.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "all_pairs",
     "both_orders",
     "content_key",
+    "distilled_pool_sft",
     "filter_pool",
     "pool_sft_examples",
     "split_dev",
@@ -182,10 +184,70 @@ def pool_sft_examples(pairs: Iterable[MCItem], style: str) -> list[Row]:
     return examples
 
 
-def write_pool_sft(pairs: Iterable[MCItem], path: str | Path, style: str) -> int:
-    """`pool_sft_examples` written to `path`; returns the example count."""
+def distilled_pool_sft(
+    pairs: Iterable[MCItem], style: str, describe_error_rate: float, seed: int
+) -> tuple[list[Row], dict[str, Any]]:
+    """The pairs in both display orders as judge-SFT examples whose traces are *distilled*, as the SFT data of
+    `traces: distilled` is (`tiny_world.recipe.distill_judge_data`): each record described with
+    `describe_error_rate` misread facts (one description per record, drawn from `seed` and its id), the world's
+    text reasoner judging from the description with a hint, hint removal, style alignment, the paper's filter.
+
+    Only kept traces become examples. Returns them and the figures: `items`, `kept`, `drop_reasons`,
+    `measured_error_rate`, `false_fact_share` and `dropped` (the ids of the items without a trace; judge
+    GRPO, which needs only the label, still trains on them)."""
+    from collections import Counter
+
+    from data_synthesis.assemble import to_sft_example
+    from data_synthesis.describe import describe_world, measured_error_rate
+    from data_synthesis.distill import DescriptionReasoner, Distiller, RuleRewriter, false_fact_share
+    from judge.prompt import COMPACT_PROMPT
+
+    described: dict[str, tuple[str, Row]] = {}
+    items = []
+    for item in both_orders(pairs):
+        record = item.meta["record"]
+        if record not in described:
+            described[record] = describe_world(item.meta["world"]["scene"], record, describe_error_rate, seed)
+        row = _item_row(item)
+        items.append({**row, "meta": {**row["meta"], "description": described[record][0], "world": item.meta["world"]}})
+    reasoner_items = [{**item, "meta": {"description": item["meta"]["description"]}} for item in items]
+    distilled = Distiller(DescriptionReasoner(style), RuleRewriter())(reasoner_items)
+    examples = [
+        to_sft_example(
+            {**item, "meta": {k: v for k, v in item["meta"].items() if k != "world"}}, row["completion"], COMPACT_PROMPT
+        )
+        for item, row in zip(items, distilled)
+        if row["kept"]
+    ]
+    rate = measured_error_rate([{"description_meta": meta} for _, meta in described.values()])
+    figures = {
+        "items": len(items),
+        "kept": len(examples),
+        "drop_reasons": dict(sorted(Counter(row["drop_reason"] for row in distilled if not row["kept"]).items())),
+        "measured_error_rate": rate if rate is not None else 0.0,
+        "false_fact_share": false_fact_share(items, distilled, style),
+        "dropped": [row["id"] for row in distilled if not row["kept"]],
+    }
+    return examples, figures
+
+
+def write_pool_sft(
+    pairs: Iterable[MCItem],
+    path: str | Path,
+    style: str,
+    *,
+    traces: str = "exact",
+    describe_error_rate: float = 0.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The pool's SFT examples written to `path`: exact traces (`pool_sft_examples`) or distilled ones
+    (`distilled_pool_sft`); returns the example count (`examples`) and, for distilled traces, their figures."""
     from jobs.jsonl import write_jsonl_atomic
 
-    examples = pool_sft_examples(pairs, style)
+    figures: dict[str, Any] = {}
+    if traces == "distilled":
+        examples, figures = distilled_pool_sft(pairs, style, describe_error_rate, seed)
+    else:
+        examples = pool_sft_examples(pairs, style)
     write_jsonl_atomic(Path(path), examples)
-    return len(examples)
+    return {"examples": len(examples), **figures}

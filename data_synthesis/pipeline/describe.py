@@ -24,13 +24,18 @@ def run_describe(
     out_dir: str | Path,
     *,
     describer: str = "scene",
+    describe_error_rate: float = 0.0,
+    seed: int = 0,
     model: ModelSpec | None = None,
     max_new_tokens: int | None = None,
     sampling: StageSampling | dict[str, Any] | None = None,
     **run: Unpack[StageOptions],
 ) -> tuple[list[Row], dict[str, Any]]:
-    """A description of every record's image; settings recorded and checked as `run_negatives`' are."""
-    from data_synthesis.describe import ModelDescriber, SceneDescriber, described_tokens
+    """A description of every record's image; settings recorded and checked as `run_negatives`' are.
+
+    The scene describer misreads each fact with probability `describe_error_rate` (drawn from `seed` and the
+    record's id: `data_synthesis.describe.SceneDescriber`); a model describer makes its own errors."""
+    from data_synthesis.describe import ModelDescriber, SceneDescriber, described_tokens, measured_error_rate
 
     how = stage_options(run)  # before any work, not after it
     rows = load_rows(input_dir, "negatives", out_dir)
@@ -38,9 +43,14 @@ def run_describe(
     settings: dict[str, Any] = {"describer": describer}
     model = model_for("--describer", describer, model)
     if model is None:
-        process: Any = SceneDescriber()
+        process: Any = SceneDescriber(describe_error_rate, seed)
+        if describe_error_rate:
+            settings |= {"error_rate": describe_error_rate, "seed": seed}
     else:
         model = for_synthesis(model, how["concurrency"])
         process = on_model(ModelDescriber, model, params=params, image_root=out_dir)
         settings |= model_settings(model, params)
-    return run_rows("described", rows, process, out_dir, how, model, tokens=described_tokens, settings=settings)
+    more: dict[str, Any] = {"tokens": described_tokens, "settings": settings}
+    if describe_error_rate:
+        more["summarize"] = lambda described: {"measured_error_rate": measured_error_rate(described)}
+    return run_rows("described", rows, process, out_dir, how, model, **more)

@@ -28,21 +28,26 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class Reasoning:
-    """The stage's reasoner: the scene reasoner, writing traces in `style`, or (with a `spec`) a text model."""
+    """The stage's reasoner: a text model (with a `spec`), or one of the world's, writing traces in `style`:
+    the scene reasoner (`reads` "scene": exact traces) or the description reasoner (`reads` "description":
+    the text reasoner's stand-in, which knows the picture only from its description)."""
 
     style: str
     spec: ModelSpec | None
     params: SamplingParams
+    reads: str = "scene"
 
     def settings(self) -> dict[str, Any]:
         if self.spec is None:
-            return {"kind": "scene", "style": self.style}
+            return {"kind": self.reads, "style": self.style}
         return {"kind": "model", **model_settings(self.spec, self.params)}
 
     def build(self) -> Any:
-        from data_synthesis.distill import ModelReasoner, SceneReasoner
+        from data_synthesis.distill import DescriptionReasoner, ModelReasoner, SceneReasoner
 
-        return SceneReasoner(self.style) if self.spec is None else ModelReasoner(self.spec.build(), self.params)
+        if self.spec is not None:
+            return ModelReasoner(self.spec.build(), self.params)
+        return DescriptionReasoner(self.style) if self.reads == "description" else SceneReasoner(self.style)
 
 
 @dataclass(frozen=True)
@@ -78,14 +83,18 @@ def run_distill(
 ) -> tuple[list[Row], dict[str, Any]]:
     """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl.
 
-    The reasoner's and rewriter's settings are recorded beside the traces; a rerun with others is refused
+    `reasoner`: "scene" (exact traces from the world's scene), "description" (the world's text reasoner,
+    from the describe stage's description only) or "model" (`reasoner_model`, a text reasoning model). The reasoner's and rewriter's settings are recorded beside the traces; a rerun with others is refused
     unless `overwrite`."""
     from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
 
     how = stage_options(run)  # before any work, not after it
     out_dir = Path(out_dir)
     items = load_rows(input_dir, "items", out_dir)
-    reasoner_spec = model_for("--reasoner", reasoner, reasoner_model, needs="--reasoner-model")
+    reads = "description" if reasoner == "description" else "scene"
+    reasoner_spec = model_for(
+        "--reasoner", "scene" if reasoner == "description" else reasoner, reasoner_model, needs="--reasoner-model"
+    )
     if reasoner_spec is None:
         SceneReasoner(reasoner_style)  # a bad style fails here, before any batch runs
     rewriter_spec = model_for(
@@ -97,7 +106,7 @@ def run_distill(
     )
     concurrency = how["concurrency"]
     reasoning = Reasoning(
-        reasoner_style, for_synthesis(reasoner_spec, concurrency), sampling_for("reasoner", reasoner_sampling)
+        reasoner_style, for_synthesis(reasoner_spec, concurrency), sampling_for("reasoner", reasoner_sampling), reads
     )
     rewriting = Rewriting(for_synthesis(rewriter_spec, concurrency), sampling_for("rewriter", rewriter_sampling))
     if rewriter_model is None and reasoning.spec is not None and rewriting.spec is not None:

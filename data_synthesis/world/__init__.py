@@ -23,14 +23,17 @@ A negative for it is `There are 2 triangles, at the middle right.` (incorrect_re
 One idea per module: `scene` (palette, grid, the Scene/Task/WorldItem types), `sampling` (a scene and task
 from `(seed, index)`), `rendering` (pixels), `questions` (question, gold answer, answer templates),
 `wording` (a scene in words), `negatives` (exact flawed answers), `facts` (an answer as comparable facts),
-`styles` (the registry of trace styles), `reasoner` (`scene_reasoner`) and `files` (a world on disk).
+`styles` (the registry of trace styles), `reasoner` (`scene_reasoner`, `description_reasoner`), `misread` (a
+captioner's errors), `reading` (a scene and task read back from words) and `files` (a world on disk).
 Everything public is importable from `data_synthesis.world`.
 """
 
 from data_synthesis.world.files import load_world, world_item_from_row, write_world
+from data_synthesis.world.misread import Misreading, misread
 from data_synthesis.world.negatives import scene_negatives
 from data_synthesis.world.questions import make_item, question_answer
-from data_synthesis.world.reasoner import scene_reasoner
+from data_synthesis.world.reading import read_description, read_question
+from data_synthesis.world.reasoner import description_reasoner, scene_reasoner
 from data_synthesis.world.rendering import render
 from data_synthesis.world.sampling import sample_item
 from data_synthesis.world.scene import (
@@ -72,11 +75,16 @@ __all__ = [
     "Shape",
     "Task",
     "Text",
+    "Misreading",
     "WorldItem",
     "describe_scene",
+    "description_reasoner",
     "load_world",
     "make_item",
+    "misread",
     "question_answer",
+    "read_description",
+    "read_question",
     "reasoner_style",
     "render",
     "sample_item",

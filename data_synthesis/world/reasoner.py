@@ -1,4 +1,5 @@
-"""The scene reasoner: a judge trace computed from the scene, in one of the registered styles."""
+"""The scene reasoner (a judge trace computed from the scene, in one of the registered styles) and the
+description reasoner (the same, from what a description says of the scene, with a hint)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import difflib
 
 from data_synthesis.world.facts import _TOKEN
 from data_synthesis.world.questions import _answer
-from data_synthesis.world.scene import Scene, Task
+from data_synthesis.world.reading import read_description, read_question
+from data_synthesis.world.scene import SHAPE_KINDS, Scene, Task
 from data_synthesis.world.styles import Evidence, reasoner_style
 from judge.prompt import option_letters
 
@@ -37,3 +39,36 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
         best = ratios.index(max(ratios))
         lines.append(f"None is right; {letters[best]} is closest.")
     return f"<think>Image: {layout.image(evidence)}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"
+
+
+def description_reasoner(description: str, question: str, options: list[str], hinted: int, style: str = "diff") -> str:
+    """A judge trace from the description alone, as a text reasoning model with a hint writes one.
+
+    The scene is read from `description` (`read_description`), so a misread fact there is a misread fact
+    here. The reasoner trusts its reading where an option matches it exactly, even against the hint (the
+    distiller then drops the trace: its answer is not the label). Where no option matches, or the
+    description lacks what the question asks about, it leans on the hint (`hinted`, the label's index) and
+    says so; hint removal takes that sentence out, and what is left is a trace that reached the label from a
+    misreading, as a real distilled trace can.
+    """
+    scene = read_description(description)
+    task = read_question(scene, question)
+    letters = option_letters(len(options))
+    lean = f"The hint points to {letters[hinted]}."
+    if task is None:
+        return f"<think>Image: {_missing(question)}. {lean}</think><answer>{letters[hinted]}</answer>"
+    trace = scene_reasoner(scene, task, question, options, style=style)
+    truth = [x.lower() for x in _TOKEN.findall(_answer(scene, task))]
+    if any([x.lower() for x in _TOKEN.findall(o)] == truth for o in options) or trace.endswith(
+        f"<answer>{letters[hinted]}</answer>"
+    ):
+        return trace
+    body = trace[len("<think>") : trace.index("</think>")]
+    body = body[: body.rindex("None is right;")] + f"None is right. {lean}"
+    return f"<think>{body}</think><answer>{letters[hinted]}</answer>"
+
+
+def _missing(question: str) -> str:
+    """What a reader whose description lacks the asked object says it sees."""
+    kinds = [w.strip("?") for w in question.split() if w.strip("?") in SHAPE_KINDS]
+    return f"no {' and no '.join(kinds)} to be seen" if kinds else "nothing of what is asked"

@@ -86,9 +86,40 @@ def test_pool_files_are_what_the_trainers_read(worlds):
     assert "world" not in rows[0]["meta"] and rows[1]["label"] == 1
     dataset = load_grpo_dataset(out / "rl.jsonl")
     assert len(dataset) == 18 and dataset[1]["label"] == 1
-    assert judge_pool.write_pool_sft(pairs, out / "sft.jsonl", recipe.reasoner_style) == 18
+    assert judge_pool.write_pool_sft(pairs, out / "sft.jsonl", recipe.reasoner_style) == {"examples": 18}
     examples = [row for _, row in read_jsonl(out / "sft.jsonl")]
     # The trace is the scene reasoner's: it picks the reference in either display order.
     assert examples[0]["messages"][-1]["content"][0]["text"].endswith("<answer>A</answer>")
     assert examples[1]["messages"][-1]["content"][0]["text"].endswith("<answer>B</answer>")
     assert len(load_sft_dataset(out / "sft.jsonl")) == 18
+
+
+def test_grpos_pool_may_hold_items_without_a_trace_and_sfts_may_not(worlds):
+    """Distilled traces: items whose trace the paper's filter dropped stay in GRPO's pool (it needs only the
+    label) and are left out of the more-SFT control's examples."""
+    from training.data import load_sft_dataset
+
+    recipe, _, _, pool, out = worlds
+    pairs = judge_pool.all_pairs(pool)
+    items = judge_pool.write_pool_items(pairs, out / "rl-distilled.jsonl")
+    figures = judge_pool.write_pool_sft(
+        pairs, out / "sft-distilled.jsonl", "checks", traces="distilled", describe_error_rate=0.4, seed=5
+    )
+    rl_ids = {row["id"] for _, row in read_jsonl(out / "rl-distilled.jsonl")}
+    sft_ids = {row["id"] for _, row in read_jsonl(out / "sft-distilled.jsonl")}
+    dropped = set(figures["dropped"])
+    assert dropped and dropped <= rl_ids and not dropped & sft_ids
+    assert len(rl_ids) == items == figures["items"] and len(sft_ids) == figures["kept"] == items - len(dropped)
+    assert sum(figures["drop_reasons"].values()) == len(dropped)
+    assert abs(figures["measured_error_rate"] - 0.4) < 0.1 and 0 < figures["false_fact_share"] <= 1
+    assert len(load_sft_dataset(out / "sft-distilled.jsonl")) == figures["kept"]
+    seeded = judge_pool.distilled_pool_sft(pairs, "checks", 0.4, 5)[1]
+    assert seeded == {k: v for k, v in figures.items() if k != "examples"}
+
+
+def test_the_recipe_refuses_an_error_rate_its_traces_do_not_use():
+    with pytest.raises(ValueError, match="describe_error_rate.*traces=distilled"):
+        TinyJudgeRecipe(describe_error_rate=0.1)
+    with pytest.raises(ValueError, match="traces must be one of"):
+        TinyJudgeRecipe(traces="distiled")
+    assert TinyJudgeRecipe(traces="distilled", describe_error_rate=0.1).describe_error_rate == 0.1

@@ -131,6 +131,14 @@ def demo_judge(out: Path, stage: str = "grpo") -> Path:
     return out / record["figures"]["model"]
 
 
+def demo_figures(out: Path, stage: str) -> dict[str, Any]:
+    """The figures a demo folder's finished `stage` recorded."""
+    record = _read_record(out / stage / STAGE_FILE)
+    if record is None:
+        raise ValueError(f"{out} has no finished `{stage}` stage: run `mrjudge demo --out {out}` first")
+    return record["figures"]
+
+
 def demo_stage_hash(out: Path, stage: str) -> str:
     """The input hash a demo folder's finished `stage` recorded (it covers every stage it builds on): what a
     benchmark's cache of results made from that stage is keyed by, so a re-trained demo is not mistaken for

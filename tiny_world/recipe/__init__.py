@@ -29,7 +29,15 @@ judge's vision tower still see?).
 """
 
 from judge.prompt import COMPACT_PROMPT
-from tiny_world.recipe.data import DESCRIBE_PROMPT, distill_judge_data, warmup_rows, world_size_for, write_kind_world
+from tiny_world.recipe.data import (
+    DESCRIBE_PROMPT,
+    TRACES,
+    check_traces,
+    distill_judge_data,
+    warmup_rows,
+    world_size_for,
+    write_kind_world,
+)
 from tiny_world.recipe.diagnostics import vision_sensitivity
 from tiny_world.recipe.history import History
 from tiny_world.recipe.settings import RENAMED, TRACE_TOKENS, TinyJudgeRecipe
@@ -41,9 +49,11 @@ __all__ = [
     "History",
     "RENAMED",
     "TRACE_TOKENS",
+    "TRACES",
     "TRAINER_DEFAULTS",
     "TinyJudgeRecipe",
     "check_group",
+    "check_traces",
     "distill_judge_data",
     "grpo_config",
     "recipe_judge",

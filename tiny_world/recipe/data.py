@@ -9,7 +9,15 @@ from typing import Any
 
 from judge.prompt import COMPACT_PROMPT
 
-__all__ = ["DESCRIBE_PROMPT", "distill_judge_data", "warmup_rows", "world_size_for", "write_kind_world"]
+__all__ = [
+    "DESCRIBE_PROMPT",
+    "TRACES",
+    "check_traces",
+    "distill_judge_data",
+    "warmup_rows",
+    "world_size_for",
+    "write_kind_world",
+]
 
 DESCRIBE_PROMPT = "Describe the image."
 """The short request of the recipe's image → description examples (the describe stage's own prompt is long)."""
@@ -60,24 +68,42 @@ def distill_judge_data(
     val_fraction: float = 0.08,
     reasoner_style: str = "diff",
     describe_share: float = 0.0,
+    traces: str = "exact",
+    describe_error_rate: float = 0.0,
     seed: int = 0,
     show_progress: bool = False,
 ) -> dict[str, Any]:
     """Negatives in `input_dir` → descriptions → balanced MC items → distilled traces → SFT examples in `out_dir`.
 
-    The SFT examples are worded with `COMPACT_PROMPT`; `describe_share` of the training file are image →
+    `traces` "exact": the scene reasoner's traces, every fact true. "distilled": the paper's distillation,
+    the description made with `describe_error_rate` misread facts, the judgement written by the world's text
+    reasoner from the description and a hint (`data_synthesis.distill.DescriptionReasoner`), then hint
+    removal, style alignment and the paper's filter. The SFT examples are worded with `COMPACT_PROMPT`; `describe_share` of the training file are image →
     description examples (asked with `DESCRIBE_PROMPT`). Returns the item count, the kept fraction of
     traces, the example counts, and the assembly and distillation summaries.
     """
     from data_synthesis.assemble import AssembleConfig, write_sft_examples
+    from data_synthesis.distill import false_fact_share
     from data_synthesis.pipeline import run_assemble, run_describe, run_distill
 
-    described, _ = run_describe(input_dir, out_dir, describer="scene", show_progress=show_progress)
+    check_traces(traces, describe_error_rate)
+    described, describe_summary = run_describe(
+        input_dir,
+        out_dir,
+        describer="scene",
+        describe_error_rate=describe_error_rate,
+        seed=seed,
+        show_progress=show_progress,
+    )
     items, assembled = run_assemble(
         out_dir, out_dir, AssembleConfig(max_options=max_options, val_fraction=val_fraction, seed=seed)
     )
     distilled, summary = run_distill(
-        out_dir, out_dir, reasoner="scene", reasoner_style=reasoner_style, show_progress=show_progress
+        out_dir,
+        out_dir,
+        reasoner="description" if traces == "distilled" else "scene",
+        reasoner_style=reasoner_style,
+        show_progress=show_progress,
     )
     counts = write_sft_examples(
         items,
@@ -88,13 +114,35 @@ def distill_judge_data(
         describe_share=describe_share,
         describe_instruction=DESCRIBE_PROMPT,
     )
+    traced = {}
+    if traces == "distilled":
+        traced = {
+            "measured_error_rate": describe_summary.get("measured_error_rate", 0.0),
+            "false_fact_share": false_fact_share(items, distilled, reasoner_style),
+        }
     return {
         "items": len(items),
         "kept_fraction": summary["kept_fraction"],
+        "drop_reasons": summary["drop_reasons"],
+        **traced,
         **counts,
         "assembled": assembled,
         "distilled": summary,
     }
+
+
+TRACES = ("exact", "distilled")
+"""Where the judge's SFT traces come from: the scene (exact) or the paper's distillation from a description."""
+
+
+def check_traces(traces: str, describe_error_rate: float) -> None:
+    """`traces` is known and the error rate is a probability that applies to it."""
+    if traces not in TRACES:
+        raise ValueError(f"traces must be one of {list(TRACES)}, got {traces!r}")
+    if not 0 <= describe_error_rate <= 1:
+        raise ValueError(f"describe_error_rate ({describe_error_rate}) must be in [0, 1]")
+    if describe_error_rate and traces != "distilled":
+        raise ValueError(f"describe_error_rate ({describe_error_rate}) applies to traces=distilled only; set both")
 
 
 def warmup_rows(data_dir: str | Path, items_dir: str | Path | None = None) -> list[dict[str, Any]]:

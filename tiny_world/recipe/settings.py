@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiny_world.recipe.data import distill_judge_data, warmup_rows, write_kind_world
+from tiny_world.recipe.data import check_traces, distill_judge_data, warmup_rows, write_kind_world
 from tiny_world.recipe.trainers import check_group, grpo_config, recipe_judge, sft_config
 
 __all__ = ["RENAMED", "TRACE_TOKENS", "TinyJudgeRecipe"]
@@ -54,6 +54,16 @@ class TinyJudgeRecipe:
         metadata=_help("trace layout: checks (image facts keyed by shape, then each option checked fact by fact)"),
     )
     describe_share: float = field(default=0.0, metadata=_help("share of SFT examples asking for a description"))
+    traces: str = field(
+        default="exact",
+        metadata=_help(
+            "SFT traces: exact (the scene reasoner's) or distilled (the paper's: described with errors, "
+            "reasoned from the description with a hint, filtered)"
+        ),
+    )
+    describe_error_rate: float = field(
+        default=0.0, metadata=_help("distilled traces: the describer's per-fact error rate (0: exact descriptions)")
+    )
     judge_size: str = field(default="small", metadata=_help("tiny-model size of the judge"))
     judge_max_new_tokens: int | None = field(
         default=None, metadata=_help("judge reasoning budget in tokens (default: the trace layout's, TRACE_TOKENS)")
@@ -114,6 +124,7 @@ class TinyJudgeRecipe:
         if self.grpo_beta < 0 or self.grpo_temperature <= 0:
             raise ValueError(f"grpo_beta ({self.grpo_beta}) must be >= 0 and grpo_temperature > 0")
         check_group(self.per_device_train_batch_size, self.num_generations)
+        check_traces(self.traces, self.describe_error_rate)
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction ({self.val_fraction}) must be in (0, 1)")
 
@@ -160,6 +171,8 @@ class TinyJudgeRecipe:
             val_fraction=self.val_fraction,
             reasoner_style=self.reasoner_style,
             describe_share=self.describe_share,
+            traces=self.traces,
+            describe_error_rate=self.describe_error_rate,
             seed=self.seed,
             show_progress=show_progress,
         )

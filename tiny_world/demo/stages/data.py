@@ -73,18 +73,34 @@ def distill(ctx: StageContext) -> dict[str, Any]:
         "sft_val": data["sft_val"],
         "kept_fraction": data["kept_fraction"],
         "reasoner_style": ctx.config.reasoner_style,
+        "traces": ctx.config.traces,
+        "drop_reasons": data["drop_reasons"],
+        **{k: data[k] for k in ("measured_error_rate", "false_fact_share") if k in data},
     }
+
+
+def _distilled_line(f: dict[str, Any]) -> str:
+    """The distilled traces' own figures: the describer's measured error rate, the false facts kept, the drops."""
+    if f.get("traces") != "distilled":
+        return ""
+    drops = ", ".join(f"{reason} {n}" for reason, n in f.get("drop_reasons", {}).items()) or "none"
+    false = f.get("false_fact_share")
+    return (
+        f"; distilled from descriptions with {f['measured_error_rate']:.1%} facts misread, "
+        f"{'no' if false is None else f'{false:.0%} of'} kept traces state a false fact; dropped: {drops}"
+    )
 
 
 DISTILL = Stage(
     name="distill",
     title="descriptions → balanced MC items → distilled reasoning traces (SFT data)",
-    fields=("seed", "max_options", "val_fraction", "reasoner_style", "describe_share"),
+    fields=("seed", "max_options", "val_fraction", "reasoner_style", "describe_share", "traces", "describe_error_rate"),
     after=("negatives",),
     run=distill,
     line=lambda f: (
         f"{f['items']} MC items (train {f['splits'].get('train', 0)}, val {f['splits'].get('val', 0)}); "
         f"{f['sft_train']} {f.get('reasoner_style', '')} SFT traces (kept {f['kept_fraction']:.0%})"
+        + _distilled_line(f)
     ),
 )
 
