@@ -54,6 +54,7 @@ CORE_MODULES = (
     "judge.reward.inputs",
     "judge.reward",
     "judge.reward.wire",
+    "judge.reward.audit",
     "judge.reward.trl",
     "judge.integrations.verl",
     "judge.integrations.openrlhf",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from judge.reward.audit import AuditConfig, AuditedGroup, RewardAudit
 from judge.reward.inputs import completion_text, image_digest, prompt_images, prompt_text
 from judge.reward.planner import RewardGroup, group_samples, scatter
 from judge.reward.scoring import MODES
@@ -64,6 +65,9 @@ class RewardCall:
     errors: list[str] = field(default_factory=list)
     failures: list[RewardError] = field(default_factory=list)
     """Why groups got no rewards, one per failed group: raised once the call's counts are logged."""
+    reasoning: dict[int, list[str]] = field(default_factory=dict)
+    """The judge's reasoning behind a group's rewards (one per verdict), by `id(group)`, where the transport
+    has it: what the audit records beside each audited sample."""
 
 
 class GroupedJudgeReward(ABC):
@@ -82,6 +86,8 @@ class GroupedJudgeReward(ABC):
             the reference: one the judge ties with the reference earns the full reward and one it prefers
             earns no more, so GRPO gains nothing by moving toward answers that fool the judge past the reference.
         name: TRL logs the reward as `rewards/<name>/mean` and the counters as `<name>/…`.
+        audit: an `AuditConfig` (or its mapping) to audit a seeded share of the judged groups beside the reward
+            (`judge.reward.audit`): the figures are logged as `<name>/audit/…`, the samples go to its `path`.
     """
 
     def __init__(
@@ -96,8 +102,10 @@ class GroupedJudgeReward(ABC):
         image_root: str | None = None,
         cap_at_reference: bool = False,
         name: str = "judge",
+        audit: AuditConfig | Mapping[str, Any] | None = None,
     ) -> None:
         check_reward_options(mode, tournament, reference_column, max_options, cap_at_reference)
+        self.audit_config = AuditConfig.from_value(dict(audit) if isinstance(audit, Mapping) else audit)
         self.cap_at_reference = cap_at_reference
         self.mode, self.tournament = mode, tournament
         self.reference_column = reference_column
@@ -114,6 +122,7 @@ class GroupedJudgeReward(ABC):
         self._lock = threading.Lock()  # guards the lazy runtime of a transport
         self._warned: set[str] = set()
         self._rng = random.Random()  # jitter must differ between processes, so it is not seeded
+        self._audit: RewardAudit | None = None
 
     # Picklable configuration: a transport's clients, loops and models are remade where it lands.
     def __getstate__(self) -> dict[str, Any]:
@@ -130,14 +139,14 @@ class GroupedJudgeReward(ABC):
         start, call = time.perf_counter(), RewardCall()
         groups = self._group(prompts, completions, kwargs)
         results = self._judge_groups(groups, call)
-        return self._finish(len(completions), groups, results, call, start, kwargs.get("log_metric"))
+        return self._finish(len(completions), groups, results, call, start, kwargs)
 
     async def acall(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """The coroutine form of `__call__` (TRL awaits it on its own event loop)."""
         start, call = time.perf_counter(), RewardCall()
         groups = self._group(prompts, completions, kwargs)
         results = await self._ajudge_groups(groups, call)
-        return self._finish(len(completions), groups, results, call, start, kwargs.get("log_metric"))
+        return self._finish(len(completions), groups, results, call, start, kwargs)
 
     @abstractmethod
     def _judge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
@@ -193,8 +202,9 @@ class GroupedJudgeReward(ABC):
         results: GroupResults,
         call: RewardCall,
         start: float,
-        log_metric: Callable[[str, float], None] | None,
+        kwargs: Mapping[str, Any],
     ) -> list[float | None]:
+        log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
         if self.cap_at_reference:
             results = [capped(group, result) for group, result in zip(groups, results)]
         rewards = scatter(n, groups, results)
@@ -232,9 +242,69 @@ class GroupedJudgeReward(ABC):
             log_metric(f"{name}/unscored_frac", unscored / n)
             log_metric(f"{name}/retries", float(call.retries))
             log_metric(f"{name}/latency_s", time.perf_counter() - start)
+        if self.audit_config is not None and self.audit_config.enabled:
+            self._submit_audit(groups, results, call, kwargs)
         if any(isinstance(failure, RewardRefused) for failure in call.failures):
             raise _summary(call, failed_groups, len(groups), self.__name__)
         return rewards
+
+    # -- the audit (judge.reward.audit): beside the reward, never in its way ------------------------------
+
+    @property
+    def audit(self) -> RewardAudit | None:
+        """This reward's audit (made on first use, in the process that rewards), or None without `audit`."""
+        if self.audit_config is None or not self.audit_config.enabled:
+            return None
+        with self._lock:
+            if self._audit is None:
+                self._audit = RewardAudit(self.audit_config, rejudge=self._rejudge)
+            return self._audit
+
+    def _rejudge(self, prompt: str, images: Sequence[Any], completions: Sequence[str], reference: str | None) -> list:
+        """The `self` auditor's second opinion: the group judged again by this reward's own judge."""
+        groups = group_samples(
+            [prompt] * len(completions),
+            list(completions),
+            images=[list(images)] * len(completions),
+            references=[reference] * len(completions),
+            mode=self.mode,
+            tournament=self.tournament,
+            max_options=self.max_options,
+        )
+        return scatter(len(completions), groups, self._judge_groups(groups, RewardCall()))
+
+    def _submit_audit(
+        self, groups: list[RewardGroup], results: GroupResults, call: RewardCall, kwargs: Mapping[str, Any]
+    ) -> None:
+        audit = self.audit
+        assert audit is not None
+        config = audit.config
+        column = config.answer_column or self.reference_column
+        gold = kwargs.get(column) if column else None
+        state = kwargs.get("trainer_state")
+        step = int(state.global_step) if state is not None else self.totals["calls"] - 1
+        audited = [
+            AuditedGroup(
+                prompt=group.prompt,
+                completions=list(group.responses),
+                rewards=list(result),
+                reference=None if gold is None else _text(gold[group.indices[0]]),
+                images=list(group.images),
+                reasoning=call.reasoning.get(id(group)),
+                pairwise=group.request is not None and group.request.mode == "pairwise",
+            )
+            for group, result in zip(groups, results)
+            if result is not None
+        ]
+        audit.submit(audited, step)
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            for key, value in audit.metrics(f"{self.__name__}/audit").items():
+                log_metric(key, value)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def capped(group: RewardGroup, rewards: list[float | None] | None) -> list[float | None] | None:

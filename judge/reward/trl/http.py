@@ -260,7 +260,11 @@ class HttpJudgeReward(GroupedJudgeReward):
             if group.request is None:
                 return None
             try:
-                return await self._post(client, gate, self._payload(group.request), len(group.responses), call)
+                rewards, reasoning = await self._post(
+                    client, gate, self._payload(group.request), len(group.responses), call
+                )
+                call.reasoning[id(group)] = reasoning
+                return rewards
             except RewardError as exc:
                 failure: RewardError = exc
             except (OSError, ValueError) as exc:  # an image this side cannot read: the input, not the server
@@ -273,7 +277,7 @@ class HttpJudgeReward(GroupedJudgeReward):
 
     async def _post(
         self, client: Any, gate: asyncio.Semaphore, payload: dict[str, Any], n: int, call: RewardCall
-    ) -> list[float | None]:
+    ) -> tuple[list[float | None], list[str]]:
         def count() -> None:
             call.retries += 1
 
@@ -283,12 +287,15 @@ class HttpJudgeReward(GroupedJudgeReward):
         return self._parse(response, n)
 
     @staticmethod
-    def _parse(response: Any, n: int) -> list[float | None]:
+    def _parse(response: Any, n: int) -> tuple[list[float | None], list[str]]:
+        """The rewards, and the reasoning of the verdicts behind them (kept for the audit)."""
         try:
-            rewards = response.json()["rewards"]
+            body = response.json()
+            rewards = body["rewards"]
             if len(rewards) != n:
                 raise ValueError(f"{len(rewards)} rewards for {n} responses")
-            return [None if r is None else float(r) for r in rewards]
+            reasoning = [str(v.get("reasoning", "")) for v in body.get("verdicts") or [] if isinstance(v, dict)]
+            return [None if r is None else float(r) for r in rewards], reasoning
         except Exception as exc:  # noqa: BLE001 - a malformed answer fails the group, it is not retried
             raise RewardUnavailable(f"unusable reward response ({exc}): {response.text[:200]}") from exc
 

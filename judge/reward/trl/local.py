@@ -88,10 +88,13 @@ class InProcessJudgeReward(GroupedJudgeReward):
         batch = self._with_retries(lambda: self._compute(requests), call) if requests else []  # type: ignore[arg-type]
         if batch is not None:
             results = {id(g): list(r.rewards) for g, r in zip(todo, batch)}
+            call.reasoning.update({id(g): [v.reasoning for v in r.verdicts] for g, r in zip(todo, batch)})
         else:
             for g in todo:
                 one = self._with_retries(lambda g=g: self._compute([g.request]), call, retries=0, record=True)
                 results[id(g)] = list(one[0].rewards) if one is not None else None
+                if one is not None:
+                    call.reasoning[id(g)] = [v.reasoning for v in one[0].verdicts]
         return [results.get(id(g)) for g in groups]
 
     async def _ajudge_groups(self, groups: list[RewardGroup], call: RewardCall) -> GroupResults:
