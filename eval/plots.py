@@ -11,7 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bar_chart", "curves_by_run", "reward_curve", "saved_figure", "training_curves"]
+__all__ = [
+    "bar_chart",
+    "curves_by_run",
+    "overoptimisation_curve",
+    "reward_curve",
+    "saved_figure",
+    "training_curves",
+]
 
 
 @contextmanager
@@ -133,6 +140,32 @@ def reward_curve(
         ax.axhline(after, ls="--", c="black", label=f"held-out after: {after:.3f}")
         ax.set_xlabel(xlabel), ax.set_ylabel("judge reward (pairwise vs reference)"), ax.set_ylim(*ylim)
         ax.legend(loc=legend_loc, fontsize=8)
+    return Path(path)
+
+
+def overoptimisation_curve(
+    path: str | Path, windows: Sequence[Mapping[str, Any]], *, alarm_step: int | None = None, title: str = ""
+) -> Path:
+    """The judge's reward and the audited gold per audit window, against the step and (where the trainer
+    logged it) against the KL to the start policy, as Gao et al. (2022) draw over-optimisation; the guard's
+    alarm as a vertical line. `windows` are `audit_windows.jsonl` rows (`judge.reward.audit`)."""
+    rows = [w for w in windows if w.get("judge_mean") is not None and w.get("gold_mean") is not None]
+    with_kl = [w for w in rows if w.get("kl") is not None]
+    with saved_figure(path, figsize=(11 if with_kl else 6.5, 4), ncols=2 if with_kl else 1) as (fig, axes):
+        panels = [(axes[0], "last_step", "training step")]
+        if with_kl:
+            panels.append((axes[1], "kl", "KL to the start policy"))
+        for ax, key, label in panels:
+            shown = rows if key == "last_step" else with_kl
+            xs = [w[key] for w in shown]
+            ax.plot(xs, [w["judge_mean"] for w in shown], marker=".", label="judge reward (proxy)")
+            ax.plot(xs, [w["gold_mean"] for w in shown], marker=".", label="audited gold")
+            if key == "last_step" and alarm_step is not None:
+                ax.axvline(alarm_step, ls="--", c="red", label=f"alarm (step {alarm_step})")
+            ax.set_xlabel(label), ax.set_ylabel("mean over the window's audited samples"), ax.set_ylim(-0.03, 1.03)
+            ax.legend(fontsize=8)
+        if title:
+            fig.suptitle(_fitted(title, width_in=11 if with_kl else 6.5), fontsize=10)
     return Path(path)
 
 

@@ -88,6 +88,28 @@ def _run_policies(config: Any) -> int:
     return 1 if any(p["error"] for p in status["policies"].values()) else 0  # the others still finished
 
 
+def _audit_report(output_dir: Path) -> None:
+    """After a policy run whose reward was audited: the over-optimisation curve, and the alarm in one line."""
+    import json
+
+    summary_file = output_dir / "audit_summary.json"
+    if not summary_file.is_file():
+        return
+    from eval.plots import overoptimisation_curve
+
+    summary = json.loads(summary_file.read_text())
+    alarm = summary["alarm"]
+    png = overoptimisation_curve(
+        output_dir / "overoptimisation.png",
+        summary["windows"],
+        alarm_step=alarm.get("step") if alarm["fired"] else None,
+        title=f"Judge reward and audited gold ({summary['auditor']}, {summary['audited']} groups audited)",
+    )
+    said = f"alarm at step {alarm['step']}: {alarm['reason']}" if alarm["fired"] else "no alarm"
+    kept = f"; best audited checkpoint {summary['kept']['checkpoint']}" if summary.get("kept") else ""
+    print(f"reward audit: {summary['audited']} groups audited, {said}{kept} → {png}")
+
+
 def run(args: argparse.Namespace) -> int:
     cls = _stage_attr(args.stage, 0)
     if args.help_fields:
@@ -110,5 +132,6 @@ def run(args: argparse.Namespace) -> int:
     result = _stage_attr(args.stage, 1)(config)
     if int(os.environ.get("RANK", "0")) == 0:  # one line per run, not one per process
         print(f"trained {result.global_step} steps (loss {result.training_loss:.4f}) → {config.output_dir}")
+        _audit_report(Path(config.output_dir))
     close_process_group()  # under torchrun / accelerate launch; nothing to do in one process
     return 0

@@ -34,6 +34,7 @@ from training.model_loading import load_training_model
 from training.policy_keys import nest_reward_keys
 from training.recipe import build_trainer, run_recipe
 from training.replay_trainer import ReplayArguments
+from training.reward_audit import RewardAuditCallback
 
 __all__ = ["JudgePolicyGRPOConfig", "build_policy_trainer", "load_prompt_dataset", "run_policy"]
 
@@ -90,6 +91,9 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.reward_spec: RewardSpec = reward_spec(self.reward)
+        audit = self.reward_spec.audit
+        if audit is not None and audit.get("auditor") and not audit.get("path"):
+            audit["path"] = str(Path(self.output_dir) / "audit.jsonl")  # beside the run's checkpoints
         self.reward = self.reward_spec.to_dict()  # every key's final value, as the resolved config saves it
         local = self.per_device_train_batch_size * self.steps_per_generation
         if self.reward_spec.mode != "pairwise" and local % self.num_generations:
@@ -205,13 +209,15 @@ def build_policy_trainer(
     options = dict(policy_sees_images=is_vlm, keep_text_only=config.keep_text_only_rows)
     image_columns = ("images", "image") if is_vlm else (TEXT_POLICY_IMAGE_COLUMN,)
     trainer_class = ReplayGRPOTrainer if config.replay_shared_prompt else GRPOTrainer  # same loss, less memory
+    reward_funcs = reward_funcs or [config.reward_function(image_columns)]
+    audits = [r.audit for r in reward_funcs if getattr(r, "audit", None) is not None]
     trainer = build_trainer(
         trainer_class,
         config,
         loaded,
         lambda path: load_prompt_dataset(path, **options),
-        callbacks=callbacks,
-        reward_funcs=reward_funcs or [config.reward_function(image_columns)],
+        callbacks=[*(callbacks or []), *(RewardAuditCallback(a, config.output_dir) for a in audits)],
+        reward_funcs=reward_funcs,
     )
     if config.adapter_handoff:
         from training.handoff import AdapterHandoff, install_adapter_handoff

@@ -144,11 +144,18 @@ class RewardAudit:
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait for the queued groups to be audited, then close every open window (end of a run)."""
+        self.settle(None, timeout)
+
+    def settle(self, window: int | None, timeout: float | None = None) -> None:
+        """Wait (up to `timeout` s) for the queued groups to be audited, then close the open windows up to
+        `window` (all with None): what `keep-best` does at a window's end, so that the checkpoint it is about
+        to save can be marked before the Trainer rotates it away. The one wait the audit puts on a run."""
         if self._worker is not None:
             self._queue.join() if timeout is None else _join(self._queue, timeout)
         with self._lock:
-            for window in sorted(self._open):
-                self._close(window)
+            for open_window in sorted(self._open):
+                if window is None or open_window <= window:
+                    self._close(open_window)
 
     def close(self) -> None:
         """Flush, then stop the worker."""

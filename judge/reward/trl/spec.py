@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from judge.reward.audit import AuditConfig
 from judge.reward.trl.base import GroupedJudgeReward, check_reward_options
 from judge.reward.wire import API_KEY_ENV, RetryPolicy, check_keys, server_api_key, server_urls
 
@@ -51,9 +52,19 @@ class _RewardOptions:
         default_factory=RetryPolicy,
         metadata={"help": f"Retries of failed judging: {{{', '.join(RetryPolicy.keys())}}}; then the group gets None."},
     )
+    audit: dict[str, Any] | None = field(
+        default=None,
+        metadata={
+            "help": "Audit a seeded share of judged groups beside the reward (judge.reward.audit): {auditor: "
+            "answer_key | answer_key:pkg.mod:fn | judge_url:URL | self, audit_rate: 0.05, guard: warn | stop | "
+            "keep-best, path: …/audit.jsonl, …}. Figures are logged as judge/audit/…."
+        },
+    )
 
     def __post_init__(self) -> None:
         self.retry = RetryPolicy.from_dict(self.retry)
+        if self.audit is not None:  # checked now (a typo fails before training), kept as the mapping it was
+            self.audit = dataclasses.asdict(AuditConfig.from_value(dict(self.audit)))  # type: ignore[arg-type]
         check_reward_options(self.mode, self.tournament, self.reference_column, self.max_options, self.cap_at_reference)
         where = getattr(self, self.target)
         if not where or not isinstance(where, str | list | tuple) or not self._valid_target(where):
