@@ -316,12 +316,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arms["grpo"] = mean
     grpo_s = sum(run["wall_s"] for run in runs) / len(runs)
     more: dict[str, Any] = {"logs": [], "steps": 0, "wall_s": 0.0}
+    more_credits: list[float] | None = None
     if args.sft_more:
         more = train_sft_more(recipe, args, sft, out / "pool" / "sft.jsonl", out / "sft-more", grpo_s)
         more_verdicts, _ = judge_pairs(recipe, out / "sft-more", report)
         arms["sft_more"] = figures_of(report, more_verdicts)
+        more_credits = credits(report, more_verdicts)
     more_accuracy = arms["sft_more"]["accuracy"] if "sft_more" in arms else None
     low, high = paired_bootstrap(base, grpo_credits, args.bootstrap, recipe.seed)
+    zero = [0.0] * len(base)  # an arm's own accuracy interval: its credits against nothing
+    intervals = {
+        "heldout_sft_ci95": paired_bootstrap(zero, [base], args.bootstrap, recipe.seed),
+        "heldout_grpo_ci95": paired_bootstrap(zero, grpo_credits, args.bootstrap, recipe.seed),
+        "heldout_sft_more_ci95": None
+        if more_credits is None
+        else paired_bootstrap(zero, [more_credits], args.bootstrap, recipe.seed),
+        "grpo_vs_sft_more_ci95": None
+        if more_credits is None
+        else paired_bootstrap(more_credits, grpo_credits, args.bootstrap, recipe.seed),
+    }
     zero_std = [log_stats(run["logs"], "frac_reward_zero_std", share=0.2) for run in runs]  # first and last fifth
     entropy = [log_stats(run["logs"], "entropy", share=0.2) for run in runs]
 
@@ -341,6 +354,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "grpo_gain_ci95_low": low,
         "grpo_gain_ci95_high": high,
         "grpo_vs_sft_more": None if more_accuracy is None else arms["grpo"]["accuracy"] - more_accuracy,
+        **intervals,
         **{f"image_flaws_{arm}": arms[arm]["image_flaws"] for arm in arms},
         **{f"text_flaws_{arm}": arms[arm]["text_flaws"] for arm in arms},
         **{f"consistency_{arm}": arms[arm]["consistency"] for arm in arms},
@@ -362,6 +376,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     result = rounded(result)
     (out / "history.json").write_text(json.dumps({"grpo": [r["logs"] for r in runs], "sft_more": more["logs"]}))
+    credited = {"ids": [p.id for p in report], "sft": base, "grpo": grpo_credits, "sft_more": more_credits}
+    (out / "credits.json").write_text(json.dumps(credited))  # per pair: what a later interval is drawn from
     plot(
         out / "gain.png",
         arms,
