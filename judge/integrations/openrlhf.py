@@ -29,6 +29,22 @@ INFO only; the sample is then left without a reward, and the step stops when the
 (`make_experience_batch`: `reward_model_group is required when rewards are not precomputed`;
 `compute_advantages_and_returns` fails on it too).
 
+Audit (`judge.reward.audit`; it needs mr-judge installed where this file runs): `$MRJUDGE_AUDIT` (JSON:
+`{"auditor": "answer_key", "audit_rate": 0.05, "path": "/runs/x/audit.{pid}.jsonl"}`), or an `audit=` keyword
+(a mapping or JSON text) for a caller that wraps `reward_func`, turns on the reward audit: one `RewardAudit`
+per process, made at the first call, scoring a seeded share beside the reward. Each scored sample goes to it
+on its own (the draw is per sample; OpenRLHF sends one per call): its question (out of the chat template),
+its response (split off the query), the label's images and the answer key: the label's reference (a plain
+label, or a judge label's `reference`), or, where the setting names an `answer_column`, that key of the judge
+label (`{"reference": null, "images": [...], "answer": "4"}`: judged listwise, audited against "4"). The step
+is this process's count of calls, so `window` counts calls. `{pid}` in `path` gives each process its own
+`audit.jsonl` and `audit_windows.jsonl`. The figures are not put in `extra_logs` (OpenRLHF stacks each key
+over a batch's samples and fails on a key some samples lack, in `split_experience_batch`, and the figures
+appear only as windows close, per process): the files are the output, and each process logs `metrics()` at
+INFO as its windows close. The guard only warns here. The audit never changes or delays a reward: a bad
+setting raises at the first call, before any request (logged at ERROR first); after that its failures are
+logged once and never raised. `self` cannot audit here: a lone sample cannot be judged again as its group was.
+
 Several replicas: `$MRJUDGE_REWARD_URL` may name several servers, comma-separated. OpenRLHF sends a prompt's
 samples one per call from concurrent workers, and they must meet on one server to be judged together, so each
 sample goes by its prompt and label (`judge.reward.wire.Replicas`, rendezvous hashing: the same ranking in
@@ -36,18 +52,20 @@ every process); a replica that cannot be reached is passed over for the next in 
 
 Its environment names, retry policy and replica choice are `judge/reward/wire.py`'s, shared with every other
 reward client.
-Besides that module it imports only the standard library (and torch if present): where mr-judge is not
-installed, it loads `reward/wire.py` by path from the package folder above its own, so the two files can be
-copied to a training node as `judge/integrations/openrlhf.py` and `judge/reward/wire.py`.
+Besides that module it imports only the standard library (and torch if present; `judge` only when the audit is
+on): where mr-judge is not installed, it loads `reward/wire.py` by path from the package folder above its own,
+so the two files can be copied to a training node as `judge/integrations/openrlhf.py` and `judge/reward/wire.py`.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -55,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["reward_func"]
+__all__ = ["AUDIT_ENV", "reward_audit", "reward_func"]
 
 logger = logging.getLogger("mrjudge.openrlhf")
 
@@ -77,6 +95,8 @@ def _reward_wire() -> Any:
 wire = _reward_wire()
 RETRY = wire.RetryPolicy(max_retries=4, timeout_s=170.0)  # OpenRLHF's own remote call gives up at 180 s
 """Retries of this file's POST; `$MRJUDGE_REWARD_TIMEOUT_S` overrides the timeout per attempt."""
+AUDIT_ENV = "MRJUDGE_AUDIT"
+"""The reward audit's setting (JSON) where no `audit` keyword is given."""
 
 
 def _endpoints() -> Any:
@@ -173,6 +193,11 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
     """
     n = len(queries)
     labels = ["" if x is None else x for x in labels]
+    try:
+        audit = _process_audit(kwargs.get("audit"))
+    except ValueError as exc:  # OpenRLHF logs what reward_func raises at INFO only: say it loudly first
+        logger.error("%s", exc)
+        raise
     replicas = _endpoints()
     parts: dict[str, list[int]] = {}  # samples by group: each group goes whole to one replica
     for i, (prompt, label) in enumerate(zip(prompts, labels)):
@@ -199,6 +224,8 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
             extra.setdefault(name, [0.0] * n)
             for j, i in enumerate(indices):
                 extra[name][i] = logged[j]
+    if audit is not None:
+        _submit_audit(audit, lambda: _sample_groups(audit.config, queries, prompts, labels, rewards, extra))
     return {
         "rewards": _tensor(rewards),
         "scores": _tensor(list(rewards)),
@@ -227,3 +254,147 @@ def _ask(
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise wire.RewardUnavailable(f"unusable /get_reward answer ({exc}): {str(answer)[:200]}") from None
     return rewards, extra
+
+
+# -- the reward audit (judge.reward.audit): one per process, beside the reward -----------------------------
+
+_audits: dict[str, Any] = {"audit": None, "calls": 0, "logged_windows": 0, "failed": False}
+_audits_lock = threading.Lock()
+
+
+def reward_audit() -> Any:
+    """This process's `RewardAudit` (None until a call with an audit setting made it)."""
+    return _audits["audit"]
+
+
+def _audit_setting(value: Any) -> dict[str, Any] | None:
+    """The audit's setting: the `audit` keyword (a mapping or JSON text), else `$MRJUDGE_AUDIT`; None: off.
+
+    Raises:
+        ValueError: text that is not a JSON object.
+    """
+    where = "the audit keyword"
+    if value is None:
+        value, where = os.environ.get(AUDIT_ENV) or None, f"${AUDIT_ENV}"
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"mr-judge: {where} is not JSON ({exc}): {value[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"mr-judge: {where} must be a JSON object of the audit's settings, got {value!r}")
+    return value
+
+
+def _process_audit(value: Any) -> Any:
+    """This process's audit, made from the first setting seen (`value`, else `$MRJUDGE_AUDIT`); None when off.
+
+    Raises:
+        ValueError: a setting that does not read (unknown key, bad value, an auditor that cannot be built), or
+            mr-judge not importable here.
+    """
+    setting = _audit_setting(value)
+    if setting is None:
+        return None
+    with _audits_lock:
+        if _audits["audit"] is None:
+            try:
+                from judge.reward.audit import AuditConfig, RewardAudit
+            except ImportError as exc:
+                raise ValueError(
+                    f"mr-judge: the reward audit is set but mr-judge cannot be imported here ({exc}); install it "
+                    f"where OpenRLHF runs this file, or unset ${AUDIT_ENV}"
+                ) from exc
+            try:
+                config = AuditConfig.from_value(setting)
+                if config is None or not config.enabled:
+                    return None
+                if config.path:
+                    config.path = config.path.replace("{pid}", str(os.getpid()))
+                audit = RewardAudit(config)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"mr-judge: the reward audit's setting: {exc}") from exc
+            if config.guard != "warn":
+                logger.warning(
+                    "mr-judge: reward audit guard %r acts as 'warn' in OpenRLHF's reward function (stopping the "
+                    "run or keeping a checkpoint needs a trainer's hook); the alarm is logged and in "
+                    "audit_windows.jsonl", config.guard,
+                )  # fmt: skip
+            _audits["audit"] = audit
+            atexit.register(_flush_audit, audit)
+        return _audits["audit"]
+
+
+def _answer_key(column: str | None, raw: Any, reference: str | None) -> str | None:
+    """The audit's gold key for a sample: the judge label's `column` where the setting names one, else the
+    label's reference."""
+    if not column:
+        return reference
+    label = raw
+    if isinstance(raw, str):
+        try:
+            label = json.loads(raw)
+        except ValueError:
+            return None
+    value = label.get(column) if isinstance(label, dict) else None
+    return None if value is None else (value if isinstance(value, str) else str(value)) or None
+
+
+def _sample_groups(
+    config: Any, queries: list[str], prompts: list[str], labels: list[Any], rewards: list[float], extra: dict
+) -> list[Any]:
+    """This call's scored samples, each as the audit's group of one: pairwise where the server judged it alone
+    (against its reference), else its reward is its share of the `judge_group_size` samples judged with it."""
+    from judge.reward.audit import AuditedGroup
+    from judge.reward.inputs import decode_label, question_text, split_query
+
+    n = len(queries)
+    scored, sizes = extra.get("judge_scored") or [1.0] * n, extra.get("judge_group_size") or [1.0] * n
+    groups = []
+    for i in range(n):
+        if not scored[i]:
+            continue  # the fill value, not the judge's
+        label = decode_label(labels[i])
+        groups.append(
+            AuditedGroup(
+                prompt=question_text(prompts[i]),
+                completions=[split_query(queries[i], prompts[i])[0]],
+                rewards=[rewards[i]],
+                reference=_answer_key(config.answer_column, labels[i], label.reference),
+                images=list(label.images),
+                pairwise=sizes[i] <= 1,
+                group_size=max(1, int(sizes[i])),
+            )
+        )
+    return groups
+
+
+def _submit_audit(audit: Any, build: Any) -> None:
+    """Hand this call's samples (`build()`) to the audit at this process's call count; returns at once, and
+    whatever goes wrong is logged once and never reaches OpenRLHF."""
+    try:
+        with _audits_lock:
+            step = _audits["calls"]
+            _audits["calls"] += 1
+        audit.submit(build(), step)
+        windows = len(audit.windows)
+        with _audits_lock:
+            closed = windows > _audits["logged_windows"]
+            _audits["logged_windows"] = max(windows, _audits["logged_windows"])
+        if closed:  # a window closed since the last line: its figures, in this process's log
+            logger.info("mr-judge: reward audit %s", json.dumps(audit.metrics()))
+    except Exception:  # noqa: BLE001 - the audit never costs a reward
+        with _audits_lock:
+            first, _audits["failed"] = not _audits["failed"], True
+        if first:
+            logger.error("mr-judge: the reward audit failed; rewards are unaffected (logged once)", exc_info=True)
+
+
+def _flush_audit(audit: Any) -> None:
+    """At exit: what is queued audited (for at most 10 s), and the open windows closed into the files."""
+    try:
+        audit.flush(timeout=10)
+    except Exception:  # noqa: BLE001 - never fail an exiting worker
+        logger.warning("mr-judge: the reward audit could not be flushed at exit", exc_info=True)

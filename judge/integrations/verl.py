@@ -54,22 +54,42 @@ be judged as a group, so each goes by its group's key (question, reference, imag
 replicas the same way for that key (`judge.reward.wire.Replicas`, rendezvous hashing), and a replica that
 cannot be reached is passed over for the next one in that ranking, the same in every worker.
 `compute_score_batch` sends whole groups: each goes to the replica with the fewest requests outstanding.
+
+Audit (`judge.reward.audit`): `reward_kwargs.audit` (a mapping, as
+`+reward.custom_reward_function.reward_kwargs.audit.auditor=answer_key`, or JSON text), else `$MRJUDGE_AUDIT`
+(JSON: `{"auditor": "answer_key", "audit_rate": 0.05, "path": "/runs/x/audit.{pid}.jsonl"}`), turns on the
+reward audit: one `RewardAudit` per process, made at the first call, scoring a seeded share beside the reward.
+Its answer key is `ground_truth` (or `extra_info[answer_column]` where the setting names one). `compute_score`
+hands it each scored sample on its own (the draw is per sample; pairwise where the server judged it alone);
+`compute_score_batch` hands it each judged group (and can take the `self` auditor: the group asked again of
+the same servers). The step is this process's count of calls (one sample each for `compute_score`, one batch
+for `compute_score_batch`), so `window` counts calls. verl's reward loop runs several worker processes, each
+with its own audit: `{pid}` in `path` gives each its own `audit.jsonl` and `audit_windows.jsonl` (give an
+absolute path: Ray workers do not share a working folder). The figures are not returned to verl (it reads the
+first sample's keys for every sample, and the figures appear only as windows close, per process): the files
+are the output, and each process logs `metrics()` at INFO as its windows close. The guard only warns here
+(`stop` and `keep-best` need a trainer's hook). The audit never changes or delays a score: a bad setting raises
+at the first call, before any request (as an unknown reward_kwarg does); after that its failures are logged
+once and never raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import json
 import logging
+import os
 import random
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from judge.reward.audit import AuditConfig, AuditedGroup, RewardAudit
 from judge.reward.inputs import verl_sample
-from judge.reward.planner import fill_unscored, group_samples
+from judge.reward.planner import RewardGroup, fill_unscored, group_samples
 from judge.reward.trl.http import HttpJudgeReward, post_json
 from judge.reward.wire import (
     CONNECT_TIMEOUT_S,
@@ -82,12 +102,14 @@ from judge.reward.wire import (
     server_api_key,
 )
 
-__all__ = ["NO_SIGNAL", "NO_SIGNAL_BATCH", "compute_score", "compute_score_batch"]
+__all__ = ["AUDIT_ENV", "NO_SIGNAL", "NO_SIGNAL_BATCH", "compute_score", "compute_score_batch", "reward_audit"]
 
 logger = logging.getLogger("mrjudge.verl")
 
-SAMPLE_OPTIONS = ("group_size", "tournament", "server_url", *RetryPolicy.keys())
-BATCH_OPTIONS = ("mode", "tournament", "max_options", "server_url", *RetryPolicy.keys())
+SAMPLE_OPTIONS = ("group_size", "tournament", "server_url", *RetryPolicy.keys(), "audit")
+BATCH_OPTIONS = ("mode", "tournament", "max_options", "server_url", *RetryPolicy.keys(), "audit")
+AUDIT_ENV = "MRJUDGE_AUDIT"
+"""The reward audit's setting (JSON) where `reward_kwargs` carry no `audit`."""
 VERL_OWN = ("reward_router_address", "reward_model_tokenizer")
 """Keywords verl 0.9.1's naive manager adds when a reward model is enabled; not ours, ignored."""
 
@@ -175,6 +197,7 @@ async def compute_score(
     question, reference, images = verl_sample(solution_str, ground_truth, extra_info)
     if reference is None and (group_size or 1) < 2:
         raise ValueError(NO_SIGNAL.format(group_size=group_size))
+    audit = _process_audit(kwargs.get("audit"))
     body: dict[str, Any] = {
         "query": [question + str(solution_str)],  # the server splits the query at its prompt
         "prompts": [question],
@@ -202,6 +225,12 @@ async def compute_score(
                 "within the server's --group-wait-s and has no reference); they get %s with judge_scored = 0 (%s)",
                 _unscored["count"], _unscored["calls"], reward, "; ".join(answer.get("notes") or []) or "no note",
             )  # fmt: skip
+    if audit is not None:
+        _submit_audit(
+            audit,
+            lambda: [_sample_group(audit.config, question, str(solution_str), reward, ground_truth, extra_info,
+                                   images, size)] if scored else [],
+        )  # fmt: skip
     return {"score": reward, "judge_scored": scored, "judge_group_size": size}
 
 
@@ -246,6 +275,7 @@ def compute_score_batch(
         raise ValueError(f"got {n} solution_strs, {len(ground_truths)} ground_truths, {len(extra_infos)} extra_infos")
     options = {k: v for k, v in kwargs.items() if k not in VERL_OWN}
     check_keys(options, BATCH_OPTIONS, "compute_score_batch reward_kwargs")
+    audit_setting = options.pop("audit", None)
     rewarder = _rewarder(dict(options))
     read = [verl_sample(s, g, e) for s, g, e in zip(solution_strs, ground_truths, extra_infos)]
     questions, references, images = [r[0] for r in read], [r[1] for r in read], [r[2] for r in read]
@@ -258,7 +288,10 @@ def compute_score_batch(
     lone = [g for g in groups if g.request is None]
     if lone:
         raise ValueError(NO_SIGNAL_BATCH.format(lone=len(lone), groups=len(groups)))
+    audit = _process_audit(audit_setting, rejudge=rewarder._rejudge)
     rewards = rewarder(questions, responses, reference=references, images=images)
+    if audit is not None:
+        _submit_audit(audit, lambda: _batch_groups(audit.config, groups, rewards, ground_truths, extra_infos, images))
     size = [0] * n
     for group in groups:
         for i in group.indices:
@@ -274,3 +307,153 @@ def compute_score_batch(
         {"score": value, "judge_scored": 0.0 if raw is None else 1.0, "judge_group_size": float(g)}
         for value, raw, g in zip(filled, rewards, size)
     ]
+
+
+# -- the reward audit (judge.reward.audit): one per process, beside the score ------------------------------
+
+_audits: dict[str, Any] = {"audit": None, "calls": 0, "logged_windows": 0, "failed": False}
+_audits_lock = threading.Lock()
+
+
+def reward_audit() -> RewardAudit | None:
+    """This process's reward audit (None until a call with an audit setting made it)."""
+    return _audits["audit"]
+
+
+def _audit_setting(value: Any) -> dict[str, Any] | None:
+    """The audit's setting: `reward_kwargs.audit` (a mapping or JSON text), else `$MRJUDGE_AUDIT`; None: off.
+
+    Raises:
+        ValueError: text that is not a JSON object.
+    """
+    where = "reward_kwargs.audit"
+    if value is None:
+        value, where = os.environ.get(AUDIT_ENV) or None, f"${AUDIT_ENV}"
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"mr-judge: {where} is not JSON ({exc}): {value[:200]!r}") from None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"mr-judge: {where} must be a mapping (JSON object) of the audit's settings, got {value!r}")
+    return dict(value)
+
+
+def _process_audit(value: Any, rejudge: Any = None) -> RewardAudit | None:
+    """This process's audit, made from the first setting seen (`value`, else `$MRJUDGE_AUDIT`); None when off.
+
+    Raises:
+        ValueError: a setting that does not read (unknown key, bad value, an auditor that cannot be built).
+    """
+    setting = _audit_setting(value)
+    if setting is None:
+        return None
+    with _audits_lock:
+        if _audits["audit"] is None:
+            try:
+                config = AuditConfig.from_value(setting)
+                if config is None or not config.enabled:
+                    return None
+                if config.path:
+                    config.path = config.path.replace("{pid}", str(os.getpid()))
+                audit = RewardAudit(config, rejudge=rejudge)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"mr-judge: the reward audit's setting: {exc}") from exc
+            if config.guard != "warn":
+                logger.warning(
+                    "mr-judge: reward audit guard %r acts as 'warn' in verl's reward function (stopping the run "
+                    "or keeping a checkpoint needs a trainer's hook); the alarm is logged and in audit_windows.jsonl",
+                    config.guard,
+                )  # fmt: skip
+            _audits["audit"] = audit
+            atexit.register(_flush_audit, audit)
+        return _audits["audit"]
+
+
+def _answer_key(config: AuditConfig, ground_truth: Any, extra_info: Any) -> str | None:
+    """The audit's gold key for a sample: `extra_info[answer_column]` where the setting names a column, else
+    `ground_truth` (`""`: none)."""
+    if config.answer_column:
+        value = extra_info.get(config.answer_column) if isinstance(extra_info, Mapping) else None
+    else:
+        value = ground_truth
+    if value is None:
+        return None
+    return (value if isinstance(value, str) else str(value)) or None
+
+
+def _sample_group(
+    config: AuditConfig,
+    question: str,
+    solution: str,
+    reward: float,
+    ground_truth: Any,
+    extra_info: Any,
+    images: Sequence[Any],
+    size: float,
+) -> AuditedGroup:
+    """One scored sample as the audit's group of one: pairwise where the server judged it alone (against its
+    reference), else its reward is its share of the `size` samples judged with it."""
+    return AuditedGroup(
+        prompt=question,
+        completions=[solution],
+        rewards=[reward],
+        reference=_answer_key(config, ground_truth, extra_info),
+        images=list(images),
+        pairwise=size <= 1,
+        group_size=max(1, int(size)),
+    )
+
+
+def _batch_groups(
+    config: AuditConfig,
+    groups: Sequence[RewardGroup],
+    rewards: Sequence[float | None],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Any],
+    images: Sequence[Sequence[Any]],
+) -> list[AuditedGroup]:
+    """The judged groups of a batch as the audit sees them (each keyed by its first sample's answer)."""
+    return [
+        AuditedGroup(
+            prompt=group.prompt,
+            completions=list(group.responses),
+            rewards=[rewards[i] for i in group.indices],
+            reference=_answer_key(config, ground_truths[group.indices[0]], extra_infos[group.indices[0]]),
+            images=list(images[group.indices[0]]),
+            pairwise=group.request.mode == "pairwise",
+        )
+        for group in groups
+        if group.request is not None and any(rewards[i] is not None for i in group.indices)
+    ]
+
+
+def _submit_audit(audit: RewardAudit, build: Any) -> None:
+    """Hand this call's groups (`build()`) to the audit at this process's call count; returns at once, and
+    whatever goes wrong is logged once and never reaches verl."""
+    try:
+        with _audits_lock:
+            step = _audits["calls"]
+            _audits["calls"] += 1
+        audit.submit(build(), step)
+        windows = len(audit.windows)
+        with _audits_lock:
+            closed = windows > _audits["logged_windows"]
+            _audits["logged_windows"] = max(windows, _audits["logged_windows"])
+        if closed:  # a window closed since the last line: its figures, in this process's log
+            logger.info("mr-judge: reward audit %s", json.dumps(audit.metrics()))
+    except Exception:  # noqa: BLE001 - the audit never costs a score
+        with _audits_lock:
+            first, _audits["failed"] = not _audits["failed"], True
+        if first:
+            logger.error("mr-judge: the reward audit failed; scores are unaffected (logged once)", exc_info=True)
+
+
+def _flush_audit(audit: RewardAudit) -> None:
+    """At exit: what is queued audited (for at most 10 s), and the open windows closed into the files."""
+    try:
+        audit.flush(timeout=10)
+    except Exception:  # noqa: BLE001 - never fail an exiting worker
+        logger.warning("mr-judge: the reward audit could not be flushed at exit", exc_info=True)

@@ -46,6 +46,9 @@ class AuditedGroup:
     """The judge's reasoning behind the rewards (one per verdict), where the reward path has it."""
     pairwise: bool = False
     """The rewards are probabilities of beating the reference (even share 1/2), not shares of a group (1/G)."""
+    group_size: int | None = None
+    """G, where the rewards are shares of a larger group than the completions given (a one-sample route of verl
+    or OpenRLHF submits each sample of a group judged on the server alone); default: `len(completions)`."""
 
 
 def _image_ref(ref: Any) -> str:
@@ -197,7 +200,7 @@ class RewardAudit:
                     logger.warning("reward audit: auditor %s failed (%s: %s); counted, the run goes on",
                                    self.auditor.name, type(exc).__name__, exc)  # fmt: skip
             return
-        even = 0.5 if group.pairwise else 1 / max(1, len(group.completions))
+        even = 0.5 if group.pairwise else 1 / max(1, group.group_size or len(group.completions))
         scored = [Scored(r, g, even) for r, g in zip(group.rewards, gold)]
         self._write(step, window, group, gold)
         with self._lock:

@@ -156,3 +156,12 @@ def test_settings_are_checked_naming_the_field():
         AuditConfig.from_value({"auditor": "answer_key", "rate": 0.1})
     assert AuditConfig(auditor="self", guard="keep_best").guard == "keep-best"
     assert normalized(" The  Cat.") == "the cat" and slope([1, 2, 3]) == 1.0
+
+
+def test_a_lone_sample_of_a_larger_group_is_read_against_that_groups_even_share():
+    """verl's and OpenRLHF's one-sample routes submit each sample of a group judged on the server alone."""
+    audit = RewardAudit(AuditConfig(auditor="answer_key", audit_rate=1.0))
+    lone = [AuditedGroup("Q", ["wrong"], [0.5], reference="right", group_size=4) for _ in range(3)]
+    audit.submit(lone, step=0)
+    audit.flush()
+    assert audit.windows[0].overpay == 1.0  # 0.5 is twice the even share of 4; read against 1/1 it would be 0
