@@ -13,7 +13,8 @@ in groups of `group_size`, `reward_server.get_reward`), `GET /health`, `GET /met
 and the API description, `GET /docs` and `GET /openapi.json` (which, like `/health`, need no key). Rewards
 are planned by `judge.reward.planner` (the planner TRL, verl and OpenRLHF share); unscored ones are counted
 in `/metrics` (`mrjudge_rewards_total{outcome}`). With an adapter store, a request's `"model"` picks a LoRA
-revision over the resident base (`reward_server.adapters`).
+revision over the resident base (`reward_server.adapters`). With `ServerConfig.audit`, a seeded share of the
+judged reward groups is scored again beside the reward, its figures on `/metrics` (`reward_server.audit`).
 """
 
 from __future__ import annotations

@@ -10,10 +10,13 @@ import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from judge.config import fold_dotted_keys
+from judge.reward.audit.config import AuditConfig
 from judge.reward.wire import API_KEY_ENV  # read when no `--api-key` is given; every reward client sends it
 
-__all__ = ["API_KEY_ENV", "ServerConfig", "is_loopback"]
+__all__ = ["API_KEY_ENV", "ServerConfig", "is_loopback", "server_audit"]
 
 
 def is_loopback(host: str) -> bool:
@@ -165,7 +168,26 @@ class ServerConfig:
         },
     )
 
+    # The reward audit (judge.reward.audit): a seeded share of the judged groups scored again, beside the reward
+    audit: AuditConfig | dict[str, Any] | None = field(
+        default=None,
+        metadata={
+            "help": "audit a seeded share of the judged reward groups against a gold, beside the reward (which it "
+            "never delays or changes): an AuditConfig mapping, e.g. {auditor: answer_key, audit_rate: 0.05, path: "
+            "runs/serve/audit.jsonl}; the gold key is each request's reference (a /get_reward label's); auditors: "
+            "answer_key, answer_key:pkg.mod:fn, judge_url:http://host:port (self is the client's: its reward's "
+            "audit); figures on /metrics as mrjudge_audit_*. Flags: --audit-auditor, --audit-rate, --audit-window, "
+            "--audit-path; YAML: an audit: block; one key: audit.seed=3. None: no audit"
+        },
+    )
+
+    @staticmethod
+    def nest_config_values(values: dict[str, Any]) -> dict[str, Any]:
+        """`audit.auditor=…` overrides (the `--audit-*` flags) folded into `audit` (`judge.config` asks)."""
+        return fold_dotted_keys(values, ["audit"])
+
     def __post_init__(self) -> None:
+        self.audit = server_audit(self.audit)
         if self.api_key_file is not None:
             if self.api_key is not None:
                 raise ValueError("give api_key or api_key_file, not both")
@@ -215,3 +237,44 @@ class ServerConfig:
             raise ValueError(f"adapter_store ({self.adapter_store}) is not a folder; create it or fix the path")
         if self.allow_local_images is not None and not os.path.isdir(self.allow_local_images):
             raise ValueError(f"allow_local_images ({self.allow_local_images}) is not a folder")
+
+
+def server_audit(value: AuditConfig | dict[str, Any] | None) -> AuditConfig | None:
+    """`ServerConfig.audit` read and checked for a server: an `AuditConfig`, or None for no audit.
+
+    The server can only count, log and show (`/metrics`): what the trainer does with an alarm (`guard: stop`,
+    `keep-best`), a dataset column as the gold key and the rewarding judge asked again (`self`) are the
+    training side's, and are refused here with the fix.
+    """
+    try:
+        audit = AuditConfig.from_value(dict(value) if isinstance(value, dict) else value)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith(("audit ", "audit:")) else f"audit: {message}") from None
+    if audit is None:
+        return None
+    if not audit.enabled:
+        raise ValueError(
+            "audit.auditor is not set: name who scores the gold (answer_key, answer_key:pkg.mod:fn or "
+            "judge_url:http://host:port), or drop the audit settings"
+        )
+    if audit.auditor == "self":
+        raise ValueError(
+            "audit.auditor: self is not available on the reward server (its auditor sees a group's prompt, images, "
+            "responses and reference, not the request's mode, tournament or adapter, so it cannot put the same "
+            "question to the judge again): audit with answer_key or judge_url:http://host:port here, or set "
+            "audit={'auditor': 'self'} on the client's reward (AsyncHttpJudgeReward(url, audit=...)), which asks "
+            "this server again"
+        )
+    if audit.guard != "warn":
+        raise ValueError(
+            f"audit.guard ({audit.guard}): the server can only warn (the alarm is logged and shown on /metrics as "
+            "mrjudge_audit_alarm); stop and keep-best are the trainer's: set them on the training run's reward "
+            "audit, and guard: warn (the default) here"
+        )
+    if audit.answer_column is not None:
+        raise ValueError(
+            f"audit.answer_column ({audit.answer_column}): the server has no dataset columns; its gold key is each "
+            "request's reference (a /get_reward label's); drop answer_column"
+        )
+    return audit

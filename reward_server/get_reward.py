@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from judge.reward.inputs import decode_label, question_text, split_query
-from judge.reward.planner import fill_unscored, group_samples, plan_cost
+from judge.reward.planner import RewardGroup, fill_unscored, group_samples, plan_cost
 from judge.reward.scoring import RewardRequest, RewardResult
 from reward_server.config import ServerConfig
 from reward_server.errors import invalid, too_large
@@ -51,6 +51,9 @@ class Sample:
     """Digests of the image references: samples group by it."""
     split: bool
     """False when the query did not start with its prompt (the whole query is judged as the response)."""
+    refs: list[str] = field(default_factory=list)
+    """The image references as the client sent them (label images first), in the order of `images`: what the
+    reward audit records."""
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -106,6 +109,7 @@ def read_samples(body: GetRewardRequest, config: ServerConfig) -> list[Sample]:
                 ],
                 image_key=tuple(_digest(r) if isinstance(r, str) else "" for r in refs),
                 split=split,
+                refs=refs,
             )
         )
     return samples
@@ -113,12 +117,15 @@ def read_samples(body: GetRewardRequest, config: ServerConfig) -> list[Sample]:
 
 Submit = Callable[[list[RewardRequest], int], Awaitable[tuple[list[RewardResult], Any]]]
 """Queue reward requests of a given total cost for the judge; returns their results and the batcher's `Done`."""
+Judged = Callable[[list[RewardGroup], list[RewardResult]], None]
+"""Told of the planned groups (their `indices` into the samples) and their results once judged (the audit)."""
 
 
 async def judge_samples(
-    samples: Sequence[Sample], submit: Submit, *, tournament: str, max_options: int
+    samples: Sequence[Sample], submit: Submit, *, tournament: str, max_options: int, judged: Judged | None = None
 ) -> list[Outcome]:
-    """Plan `samples` with the shared planner, judge every planned group in one submission, scatter back."""
+    """Plan `samples` with the shared planner, judge every planned group in one submission, scatter back
+    (`judged`, if given, hears of the judged groups first)."""
     groups = group_samples(
         [s.prompt for s in samples],
         [s.response for s in samples],
@@ -134,6 +141,8 @@ async def judge_samples(
     if planned:
         requests = [g.request for g in planned]
         results, done = await submit(requests, sum(plan_cost(r) for r in requests))  # type: ignore[arg-type]
+        if judged is not None:
+            judged(planned, results)
     by_group = {id(g): r.rewards for g, r in zip(planned, results)}
     outcomes: list[Outcome | None] = [None] * len(samples)
     for group in groups:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -22,11 +22,31 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 LOAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 ADAPTER_STATES = ("resident", "loading", "staged")
+AUDIT_GAUGES = {
+    "groups": "Judged reward groups the audit has seen (each a candidate for its seeded draw).",
+    "audited": "Groups the auditor has scored.",
+    "dropped": "Groups drawn for the audit but dropped: the auditor's queue was full (figures lost, never time).",
+    "auditor_errors": "Groups the auditor failed on (counted and logged once per window; the reward went on).",
+    "completions": "Audited completions.",
+    "no_gold": "Audited completions the auditor had no gold for (no reference).",
+    "alarm": "1 once the audit's guard has fired (gold falling while the judge's reward rises, or overpay rising).",
+    "agreement": "Last closed window: share of audited completions where the judge's pay and the gold agree.",
+    "overpay": "Last closed window: share of completions the gold calls wrong that the judge paid above an even share.",
+    "underpay": "Last closed window: share of completions the gold calls right that the judge paid under half an "
+    "even share.",
+    "judge_mean": "Last closed window: the judge's mean reward over the audited completions.",
+    "gold_mean": "Last closed window: the mean gold of the audited completions.",
+    "judge_mean_trend": "Slope of the judge's mean reward over the last trend_windows closed windows.",
+    "gold_mean_trend": "Slope of the mean gold over the last trend_windows closed windows.",
+}
+"""`mrjudge_audit_<name>`: the reward audit's figures (`RewardAudit.metrics`), read when rendering. A window's
+figures appear once a window has closed (and had completions to measure)."""
 
 
 class Metrics:
-    """One server's metrics. The queue depth and the adapter counts are read live when rendering, from the
-    callables given to `watch_queue` and `watch_adapters` (the adapter metrics exist only after the latter)."""
+    """One server's metrics. The queue depth, the adapter counts and the reward audit's figures are read live
+    when rendering, from the callables given to `watch_queue`, `watch_adapters` and `watch_audit` (the adapter
+    and audit metrics exist only after the latter two)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -101,6 +121,21 @@ class Metrics:
             buckets=LOAD_BUCKETS,
             registry=None,
         )
+        # The reward audit (a server with one), registered by `watch_audit`; its figures are `_AuditCollector`'s.
+        self._audit_submit_errors = Counter(
+            "mrjudge_audit_submit_errors",
+            "Judged groups the server failed to hand to the audit (logged once; the reward was answered).",
+            registry=None,
+        )
+
+    def watch_audit(self, figures: Callable[[str], dict[str, float]]) -> None:
+        """Expose the reward audit, `mrjudge_audit_<name>` read from `figures("audit")` (`RewardAudit.metrics`)
+        when rendering, and the server's own count of groups it could not hand to it."""
+        self.registry.register(_AuditCollector(figures))
+        self.registry.register(self._audit_submit_errors)
+
+    def audit_submit_failed(self) -> None:
+        self._audit_submit_errors.inc()
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         self._queue_depth.set_function(depth)
@@ -159,6 +194,25 @@ class Metrics:
     def render(self) -> str:
         """The exposition text (format 0.0.4)."""
         return generate_latest(_WithoutCreated(self.registry)).decode()
+
+
+class _AuditCollector(Collector):
+    """The audit's figures as gauges, one read of `figures` per render (one consistent snapshot); a figure the
+    audit does not have yet (no closed window) is left out rather than shown as 0."""
+
+    def __init__(self, figures: Callable[[str], dict[str, float]]) -> None:
+        self.figures = figures
+
+    def describe(self) -> Iterator[Metric]:
+        for name, text in AUDIT_GAUGES.items():
+            yield GaugeMetricFamily(f"mrjudge_audit_{name}", text)
+
+    def collect(self) -> Iterator[Metric]:
+        values = self.figures("audit")
+        for name, text in AUDIT_GAUGES.items():
+            value = values.get(f"audit/{name}")
+            if value is not None:
+                yield GaugeMetricFamily(f"mrjudge_audit_{name}", text, value=value)
 
 
 class _WithoutCreated(Collector):

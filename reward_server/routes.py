@@ -57,7 +57,8 @@ async def health(service: Service, response: Response) -> HealthResponse:
 
 @router.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(authorized)])
 async def metrics(service: Service) -> PlainTextResponse:
-    """Prometheus text: requests, errors, cancellations, batches, rewards, queue depth, latency, adapters."""
+    """Prometheus text: requests, errors, cancellations, batches, rewards, queue depth, latency, adapters, and
+    the reward audit's figures (`mrjudge_audit_*`) when the server has one."""
     return PlainTextResponse(service.metrics.render(), media_type=CONTENT_TYPE)
 
 

@@ -83,21 +83,24 @@ def server_protocols() -> dict[str, str]:
 
 
 def _log_to_stderr(level: str, interval_s: float) -> None:
-    """The server's own lines (`mrjudge.*`: refusal and unscored summaries, failures) on stderr at `level`, as
-    uvicorn's are, and uvicorn's per-connection warnings rate-limited (`RateLimitFilter`): neither can be made to
-    write a line per request. The handler is left alone when the embedding program has configured logging."""
+    """The server's own lines (`mrjudge.*`: refusal and unscored summaries, failures; `judge.reward.audit`: the
+    reward audit's) on stderr at `level`, as uvicorn's are, and uvicorn's per-connection warnings rate-limited
+    (`RateLimitFilter`): neither can be made to write a line per request. A logger the embedding program has
+    configured (or its root logger) is left alone."""
     from reward_server.log_summary import RateLimitFilter
 
     uvicorn_errors = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, RateLimitFilter) for f in uvicorn_errors.filters):
         uvicorn_errors.addFilter(RateLimitFilter(interval_s))
-    logger = logging.getLogger("mrjudge")
-    if logger.handlers or logging.getLogger().handlers:
+    if logging.getLogger().handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
+    for name in ("mrjudge", "judge.reward.audit"):  # the reward audit's own lines: a failing auditor, its alarm
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            logger.addHandler(handler)
+            logger.setLevel(level.upper())
 
 
 def _force_exit(grace_s: float) -> None:

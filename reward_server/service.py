@@ -9,7 +9,8 @@ A request's work, once its body has passed: its images are read at the header ag
 budget, its judge work is counted (`max_request_items`, 413), then the images are decoded (fitted to the
 judge's pixel range as they are), a cold adapter is waited for, and the work is queued. A request that times
 out or whose client goes away gives its work up; the batch it was in stops at its next backend call once
-nobody waits for it.
+nobody waits for it. Once its rewards are computed, a judged reward request is handed to the reward audit,
+if the server has one (`reward_server.audit`), which returns at once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -28,6 +30,7 @@ from judge.judging import Judge
 from judge.reward.scoring import RewardRequest, RewardResult
 from reward_server import protocol
 from reward_server.adapters import adapter_lease, adapter_ready, make_pool, model_name
+from reward_server.audit import ServerAudit
 from reward_server.batching import Batcher, BatchStopped, Done, Incoming, JobTimeout, QueueFull, ShuttingDown
 from reward_server.body import BODY_BYTES, INLINE_BODY_BYTES
 from reward_server.config import ServerConfig
@@ -83,6 +86,8 @@ class RewardService:
         """Refusals, failures and unscored samples: the first of a reason logged at once, then one line per
         `log_interval_s` (a flood of them must not flood the log, nor block on a full stderr pipe)."""
         self._flusher: asyncio.Task | None = None
+        self.audit = ServerAudit(config, self.metrics) if config.audit is not None else None
+        """The reward audit (`ServerConfig.audit`): judged groups handed over after their rewards."""
 
     async def start(self) -> None:
         self.batcher = Batcher(
@@ -99,11 +104,17 @@ class RewardService:
         await run_in_threadpool(fitted_size, 56, 56, max_pixels=1_003_520)
         await self.batcher.start()
         self._flusher = asyncio.ensure_future(self._flush_log_summary())
+        if self.audit is not None:
+            log.info("%s", self.audit.describe())
 
     async def stop(self) -> None:
         """uvicorn has drained (or, past its graceful timeout, cancelled) the requests; what is left of the
-        shutdown grace goes to finishing queued work, then the rest is cancelled."""
-        await self.batcher.stop(timeout_s=CANCEL_GRACE_S)
+        shutdown grace goes to finishing queued work, then the rest is cancelled; the reward audit gets the same
+        time, beside it, to audit what it has queued and write its last windows."""
+        if self.audit is None:
+            await self.batcher.stop(timeout_s=CANCEL_GRACE_S)
+        else:
+            await asyncio.gather(self.batcher.stop(timeout_s=CANCEL_GRACE_S), self.audit.close(CANCEL_GRACE_S))
         if self.pool is not None:
             self.pool.close()
         if self._flusher is not None:
@@ -132,6 +143,8 @@ class RewardService:
             [request] = work.requests
             done = await self._submit(raw, work, _cost(work), "responses", decoded=True)
         [result] = done.result
+        if self.audit is not None:
+            self.audit.reward(request, result, body.images)  # returns at once; never fails the request
         reasons = ["unparsed" if r is None else "" for r in result.rewards]
         self.metrics.rewards("/v1/reward", reasons, len(request.images) * len(result.rewards))
         if any(reasons):
@@ -166,7 +179,8 @@ class RewardService:
                 return done.result, done
 
             async def run(members: list[Sample]) -> list[Outcome]:
-                return await judge_samples(members, submit, tournament=tournament, max_options=options)
+                judged = None if self.audit is None else partial(self.audit.samples, [s.refs for s in members])
+                return await judge_samples(members, submit, tournament=tournament, max_options=options, judged=judged)
 
             if group_size > 1:  # one-sample requests (OpenRLHF, verl): wait for the rest of each group
                 self.incoming.leave(raw.scope)  # held for its group: not on its way to the judge yet

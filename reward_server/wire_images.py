@@ -35,7 +35,7 @@ from judge.judging import Judge
 from reward_server.config import ServerConfig
 from reward_server.errors import WireError, invalid, quote, too_large, type_name
 
-__all__ = ["ImageBudget", "PendingImage", "decode_pending", "decode_range", "read_image"]
+__all__ = ["ImageBudget", "PendingImage", "audit_ref", "decode_pending", "decode_range", "read_image"]
 
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 _WHITESPACE = re.compile(r"\s+")
@@ -116,6 +116,36 @@ def read_image(value: Any, field: str, config: ServerConfig) -> PendingImage:
         if not value.startswith(("/", "~")):
             raise invalid(field, "invalid base64; send the image as a data URL or a base64 string")
     return _header(_read_local(value, field, config), field, config)  # base64 has no '.', so this is a path
+
+
+def audit_ref(value: str, allow_local_images: str | None) -> str:
+    """A wire image (one `read_image` accepted) as the reward audit keeps it: a data URL as sent, bare base64
+    as a data URL (the audit file stores a data URL as its digest, and a second judge reads it), a path made
+    absolute under `allow_local_images` (what it named)."""
+    if value.startswith("data:"):
+        return value
+    if "." not in value and "\\" not in value and ":" not in value:
+        compact = _WHITESPACE.sub("", value)
+        if compact and len(compact) % 4 == 0 and _BASE64.match(compact):
+            return f"data:image/{_sniffed_format(compact)};base64,{compact}"
+    path = Path(value.removeprefix("file://")).expanduser()
+    if not path.is_absolute() and allow_local_images is not None:
+        path = Path(allow_local_images).resolve() / path
+    return str(path)
+
+
+_MAGIC = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpeg"), (b"GIF8", "gif"), (b"BM", "bmp"))
+
+
+def _sniffed_format(compact: str) -> str:
+    """The image type of bare base64 from its first bytes (PNG when unknown: the reader goes by the bytes)."""
+    try:
+        head = base64.b64decode(compact[:16])
+    except (binascii.Error, ValueError):
+        return "png"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return next((name for magic, name in _MAGIC if head.startswith(magic)), "png")
 
 
 def _b64decode(payload: str, field: str, config: ServerConfig) -> bytes:

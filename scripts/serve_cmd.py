@@ -6,19 +6,22 @@
     mrjudge serve --model runs/tiny-judge --adapter-store runs/adapters   # requests name "model": "judge@prod"
     mrjudge serve --model runs/judge --group-size 4 --allow-local-images data/   # OpenRLHF, 4 samples a prompt
     mrjudge serve --model http://gpu-1:8001/v1,http://gpu-2:8001/v1    # several vllm serve replicas of one judge
+    mrjudge serve --model runs/judge --audit-auditor answer_key --audit-path runs/serve/audit.jsonl  # reward audit
 
 On start it prints the lines to paste into a TRL script, a verl config and an OpenRLHF command.
     curl -s 127.0.0.1:8000/v1/reward -H 'Content-Type: application/json' \
         -d '{"prompt": "2+2?", "responses": ["4", "5"]}'
 
 Every `ServerConfig` field is a flag (`--max-wait-ms`, `--max-queue`, `--allow-local-images DIR`, …);
-`--server-config` reads them from YAML first. Judge flags (`--orders`, `--max-new-tokens`, `--config`)
-are those of `mrjudge judge`.
+`--server-config` reads them from YAML first. The reward audit (`ServerConfig.audit`, an `audit:` block of
+`AuditConfig` keys in the YAML) takes `--audit-auditor`, `--audit-rate`, `--audit-window` and `--audit-path`
+on top of it. Judge flags (`--orders`, `--max-new-tokens`, `--config`) are those of `mrjudge judge`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -49,6 +52,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     SERVER_FLAGS.add_to(
         parser.add_argument_group("server (ServerConfig fields: field default < --server-config < flag)")
     )
+    add_audit_flags(
+        parser.add_argument_group(
+            "reward audit (ServerConfig.audit, off by default; the other AuditConfig keys go in --server-config's "
+            "audit: block; figures on /metrics as mrjudge_audit_*)"
+        )
+    )
     add_judge_config_flags(parser, shown={"batch_size": "--max-batch-items"})
     parser.add_argument("--device", help="hf backend: cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument(
@@ -63,6 +72,39 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     parser.set_defaults(run=run)
+
+
+AUDIT_FLAGS = {
+    "auditor": (
+        "auditor",
+        str,
+        "SPEC",
+        "turns the audit on; who scores the gold: answer_key (exact match with the request's reference), "
+        "answer_key:pkg.mod:fn (a verifiable task's own check: fn(prompt, completion, reference) -> float in "
+        "[0, 1]) or judge_url:http://host:port (a stronger judge behind /v1/reward)",
+    ),
+    "rate": ("audit_rate", float, "SHARE", "share of judged groups audited (a seeded draw)"),
+    "window": ("window", int, "N", "requests (a /get_reward group counts once) that make one window of figures"),
+    "path": ("path", str, "FILE", "audit.jsonl to append every audited completion to (audit_windows.jsonl beside it)"),
+}
+"""`--audit-<flag>`: the `AuditConfig` key it sets in `ServerConfig.audit`, its type, metavar and help."""
+
+
+def add_audit_flags(group: argparse._ArgumentGroup) -> None:
+    """`--audit-auditor`, `--audit-rate`, `--audit-window`, `--audit-path`: `ServerConfig.audit`'s main keys,
+    over the `audit:` block of `--server-config` (defaults: `AuditConfig`'s)."""
+    from judge.reward.audit import AuditConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(AuditConfig)}
+    for flag, (key, kind, metavar, text) in AUDIT_FLAGS.items():
+        shown = "" if defaults[key] is None else f" (default: {defaults[key]})"
+        group.add_argument(f"--audit-{flag}", dest=f"audit_{flag}", type=kind, metavar=metavar, help=text + shown)
+
+
+def audit_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The `--audit-*` flags given, as `audit.<key>` overrides (`ServerConfig` folds them into `audit`)."""
+    values = {f"audit.{key}": getattr(args, f"audit_{flag}", None) for flag, (key, *_) in AUDIT_FLAGS.items()}
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -87,7 +129,7 @@ def server_config_from(args: argparse.Namespace) -> Any:
     from judge.config import config_from_yaml, config_values
     from judge.reward.wire import API_KEY_ENV
 
-    overrides = SERVER_FLAGS.values(args)
+    overrides = {**SERVER_FLAGS.values(args), **audit_overrides(args)}
     if args.no_batching:
         overrides["max_batch_items"] = 1
     given = config_values(ServerConfig, args.server_config, overrides)

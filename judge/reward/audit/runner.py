@@ -68,7 +68,10 @@ class RewardAudit:
         self.config = config
         self.auditor = auditor or build_auditor(config.auditor, rejudge)  # type: ignore[arg-type]
         self.guard = Guard(config)
-        self.counts = {"groups": 0, "audited": 0, "dropped": 0, "auditor_errors": 0, "completions": 0, "no_gold": 0}
+        self.counts = {
+            "groups": 0, "audited": 0, "dropped": 0, "auditor_errors": 0, "write_errors": 0, "completions": 0,
+            "no_gold": 0,
+        }  # fmt: skip
         self.windows: list[WindowFigures] = []
         self.alarm: Alarm | None = None
         self.best: WindowFigures | None = None
@@ -202,7 +205,13 @@ class RewardAudit:
             return
         even = 0.5 if group.pairwise else 1 / max(1, group.group_size or len(group.completions))
         scored = [Scored(r, g, even) for r, g in zip(group.rewards, gold)]
-        self._write(step, window, group, gold)
+        try:
+            self._write(step, window, group, gold)
+        except OSError as exc:  # a full disk costs the file its lines, not the worker its life
+            with self._lock:
+                self.counts["write_errors"] += 1
+                if self.counts["write_errors"] == 1:
+                    logger.warning("reward audit: cannot write %s (%s); the figures go on", self.path, exc)
         with self._lock:
             self.counts["audited"] += 1
             self.counts["completions"] += len(scored)
