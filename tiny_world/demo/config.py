@@ -67,6 +67,10 @@ class DemoConfig(TinyJudgeRecipe):
     policy_oracle_arm: bool = field(
         default=True, metadata={"help": "also GRPO the policy with the answer key as its reward, for comparison"}
     )
+    policy_audit_rate: float = field(
+        default=0.05,
+        metadata={"help": "share of the judge arm's reward groups the answer key audits (judge.reward.audit; 0: off)"},
+    )
 
     quick: bool = field(default=False, metadata={"help": "start from the quick preset (tiny budgets, for tests)"})
 
@@ -129,6 +133,7 @@ QUICK: dict[str, Any] = dict(
     policy_max_completion_length=8,
     policy_heldout=2,
     policy_samples=2,
+    policy_audit_rate=1.0,  # every group, so that one step of the quick policy stage is audited
     wall_budget_s=60.0,
 )
 """The quick preset: every stage runs, on budgets that finish in well under a minute on 2 cores."""

@@ -43,6 +43,9 @@ def policy(ctx: StageContext) -> dict[str, Any]:
     plots = _plots(ctx, len(questions), before, arms)
     gain = {arm: round(a["sampled"] - before["sampled"], 4) for arm, a in arms.after.items()}
     first, last = log_stats(arms.logs.get("judge", []), "reward")
+    audit = _audit_figures(ctx)
+    if audit.get("windows"):
+        plots.append(_audit_curve(ctx, audit))
     return {
         "server": "127.0.0.1 (loopback), POST /v1/reward, pairwise vs the reference",
         "served_requests": arms.served,
@@ -64,8 +67,42 @@ def policy(ctx: StageContext) -> dict[str, Any]:
         "train_reward_first": first,
         "train_reward_last": last,
         "sample_after": arms.after["judge"]["answers"]["greedy"][0] if questions else None,
+        "audit": {k: v for k, v in audit.items() if k != "windows"},
         "plots": [ctx.rel(path) for path in plots],
     }
+
+
+def _audit_figures(ctx: StageContext) -> dict[str, Any]:
+    """The judge arm's reward audit (the answer key on `policy_audit_rate` of its groups): what it audited, the
+    first and last windows' overpay and gold, and the alarm; {} when the audit was off."""
+    saved = ctx.folder / "judge" / "audit_summary.json"
+    if not ctx.config.policy_audit_rate or not saved.is_file():
+        return {}
+    summary = json.loads(saved.read_text())
+    windows = summary["windows"]
+    return {
+        "audited": summary["audited"],
+        "groups": summary["groups"],
+        "overpay_first": windows[0]["overpay"] if windows else None,
+        "overpay_last": windows[-1]["overpay"] if windows else None,
+        "gold_first": windows[0]["gold_mean"] if windows else None,
+        "gold_last": windows[-1]["gold_mean"] if windows else None,
+        "alarm": summary["alarm"],
+        "windows": windows,
+    }
+
+
+def _audit_curve(ctx: StageContext, audit: dict[str, Any]) -> Path:
+    """The judge arm's over-optimisation curve: the judge's reward and the audited gold per window."""
+    from eval.plots import overoptimisation_curve
+
+    alarm = audit["alarm"]
+    return overoptimisation_curve(
+        ctx.folder / "overoptimisation.png",
+        audit["windows"],
+        alarm_step=alarm.get("step") if alarm["fired"] else None,
+        title=f"Policy GRPO against the judge: its reward and the answer key on {audit['audited']} audited groups",
+    )
 
 
 @dataclass
@@ -178,11 +215,21 @@ def _policy_grpo(ctx: StageContext, start: Path, prompts: Path, url: str, arm: s
             ctx.folder / arm,
             url,
             seed=config.seed,
+            audit=_audit_setting(config) if arm == "judge" else None,
             **policy_grpo_fields(config, "policy_"),
         ),
         [history.callback()],
     )
     return history.logs
+
+
+def _audit_setting(config: Any) -> dict[str, Any] | None:
+    """The judge arm's audit: the answer key on `policy_audit_rate` of the groups, in windows of a tenth of the
+    run (at least 5 steps); None when the rate is 0."""
+    if not config.policy_audit_rate:
+        return None
+    window = max(5, config.policy_max_steps // 10)
+    return {"auditor": "answer_key", "audit_rate": config.policy_audit_rate, "window": window, "min_samples": 4}
 
 
 def _write_answers(ctx: StageContext, questions: list[Row], before: dict[str, Any], arms: _Arms) -> None:
@@ -218,6 +265,17 @@ def _plots(ctx: StageContext, questions: int, before: dict[str, Any], arms: _Arm
     return [chart, curves]
 
 
+def _audit_line(audit: dict[str, Any]) -> str:
+    if not audit:
+        return ""
+    alarm = audit["alarm"]
+    said = f"alarm at step {alarm['step']}" if alarm["fired"] else "no alarm"
+    return (
+        f"; audit: {audit['audited']} of {audit['groups']} groups, overpay {fmt(audit['overpay_first'], 2)} → "
+        f"{fmt(audit['overpay_last'], 2)}, gold {fmt(audit['gold_first'], 2)} → {fmt(audit['gold_last'], 2)}, {said}"
+    )
+
+
 POLICY = Stage(
     name="policy",
     title="a seeing policy, GRPO-trained with the judge behind the reward server as its reward (TRL GRPOTrainer)",
@@ -236,6 +294,7 @@ POLICY = Stage(
         "policy_heldout",
         "policy_samples",
         "policy_oracle_arm",
+        "policy_audit_rate",
         "judge_max_new_tokens",
     ),
     after=("grpo", "negatives", "distill", "world"),
@@ -249,6 +308,7 @@ POLICY = Stage(
             if f.get("oracle_gain") is not None
             else ""
         )
+        + _audit_line(f.get("audit") or {})
     ),
     budget=lambda c: (
         f"{c.policy_vision_warmup_steps} warm-up + {c.policy_sft_max_steps} SFT steps, then "
