@@ -317,27 +317,37 @@ def arm_rewards(args: argparse.Namespace, noise_rates: tuple[float, float]) -> d
     }
 
 
-def run_arm(
-    arm: str, start: Start, args: argparse.Namespace, url: str, reward_funcs: list[Any] | None, pairwise: Any
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One arm's GRPO from the start policy, then its figures: exact answers after it (and at the step the dev
-    questions choose, with `--select-every`), and for the pairwise judge arms the judge's own (uncapped) view of
-    the trained policy's answers (`agree_end`); and the arm's training logs."""
+def train_arm(
+    arm: str, start: Start, args: argparse.Namespace, url: str, reward_funcs: list[Any] | None, **fields: Any
+) -> tuple[Path, list[dict[str, Any]]]:
+    """One arm's GRPO from the start policy into `OUT/arms/ARM` (rewarded by `reward_funcs`, or the server at `url`
+    as `policy_grpo_config` sets it); `fields` are more `JudgePolicyGRPOConfig` fields (they win, `seed` too).
+    Returns the arm's folder and its training logs."""
     from training.policy import build_policy_trainer
     from training.recipe import run_recipe
 
     arm_dir = args.out / "arms" / arm
-    save = dict(save_strategy="steps", save_steps=args.select_every, save_only_model=True) if args.select_every else {}
     config = policy_grpo_config(start.model, start.prompts, arm_dir, url, listwise=arm == "judge_listwise",
-                                cap_at_reference=arm == "judge_capped", seed=args.seed, **policy_grpo_fields(args),
-                                **save)  # fmt: skip
+                                cap_at_reference=arm == "judge_capped",
+                                **{"seed": args.seed, **policy_grpo_fields(args), **fields})  # fmt: skip
     history = History()
-    began = time.perf_counter()
 
     def build(config: Any, **kwargs: Any) -> Any:
         return build_policy_trainer(config, reward_funcs=reward_funcs, **kwargs)
 
     run_recipe(build, config, [history.callback()])
+    return arm_dir, history.logs
+
+
+def run_arm(
+    arm: str, start: Start, args: argparse.Namespace, url: str, reward_funcs: list[Any] | None, pairwise: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One arm's GRPO from the start policy (`train_arm`), then its figures: exact answers after it (and at the
+    step the dev questions choose, with `--select-every`), and for the pairwise judge arms the judge's own
+    (uncapped) view of the trained policy's answers (`agree_end`); and the arm's training logs."""
+    save = dict(save_strategy="steps", save_steps=args.select_every, save_only_model=True) if args.select_every else {}
+    began = time.perf_counter()
+    arm_dir, logs = train_arm(arm, start, args, url, reward_funcs, **save)
     after = exact_answers(arm_dir, start.report_rows, start.image_root, **start.evaluate)
     figures = {
         **after_figures(start.before, after, args.bootstrap, args.seed),
@@ -354,21 +364,27 @@ def run_arm(
     if arm in ("judge", "judge_capped"):
         answers = exact_answers(arm_dir, start.agree_rows, start.image_root, **start.evaluate)
         figures["agree_end"] = agreement(answers, start.agree_rows, pairwise, start.image_root)
-    return figures, history.logs
+    return figures, logs
+
+
+def reward_app(judge: Any, per_device_train_batch_size: int) -> Any:
+    """The reward server's app serving `judge` (`serve_in_thread` it on loopback): batches of up to two GRPO
+    batches, up to 8 candidates a request."""
+    from reward_server import create_app
+    from reward_server.config import ServerConfig
+
+    batch = 2 * per_device_train_batch_size
+    return create_app(judge, ServerConfig(port=0, max_batch_items=batch, max_candidates=8))
 
 
 def run_arms(args: argparse.Namespace, start: Start, judge: Any) -> ArmsRun:
     """Every arm in turn, the judge served on loopback: each arm's figures and training logs, the judge's
     agreement with the answer key on the start policy's samples, and the noisy oracles' error rates."""
     from judge.reward.trl.http import HttpJudgeReward
-    from reward_server import create_app
-    from reward_server.config import ServerConfig
 
-    batch = 2 * args.per_device_train_batch_size
-    app = create_app(judge, ServerConfig(port=0, max_batch_items=batch, max_candidates=8))
     results: dict[str, Any] = {}
     histories: dict[str, list[dict[str, Any]]] = {}
-    with serve_in_thread(app) as url:
+    with serve_in_thread(reward_app(judge, args.per_device_train_batch_size)) as url:
         pairwise = HttpJudgeReward(url, mode="pairwise", reference_column="answer", max_options=2)
         samples = exact_answers(start.model, start.agree_rows, start.image_root, **start.evaluate)
         agree_start = agreement(samples, start.agree_rows, pairwise, start.image_root)

@@ -190,19 +190,24 @@ def policy_grpo_config(
     *,
     listwise: bool = False,
     cap_at_reference: bool = False,
+    audit: dict[str, Any] | None = None,
     **fields: Any,
 ) -> Any:
     """The seeing policy's GRPO (`training.policy.JudgePolicyGRPOConfig`) from `start` on `prompts` into `out`,
     rewarded by the server at `url`: pairwise against the reference, or `listwise` (no reference: a prompt's
     completions judged together, in knock-out games of two); pairwise, `cap_at_reference` pays a tie with the
-    reference in full and nothing more for beating it. TRL's `grpo` loss, temperature 1, the tower
-    frozen; `fields` (max_steps, learning_rate, beta, …) are `JudgePolicyGRPOConfig` fields and win."""
+    reference in full and nothing more for beating it; `audit` is the reward's `reward.audit` mapping
+    (`judge.reward.audit.AuditConfig`; its `path` defaults to `out/audit.jsonl`). TRL's `grpo` loss,
+    temperature 1, the tower frozen; `fields` (max_steps, learning_rate, beta, …) are `JudgePolicyGRPOConfig`
+    fields and win."""
     from tiny_world.recipe import TRAINER_DEFAULTS
     from training.policy import JudgePolicyGRPOConfig
 
     mode = {"mode": "listwise", "reference_column": None} if listwise else {"mode": "pairwise"}
     if cap_at_reference:
         mode["cap_at_reference"] = True
+    if audit is not None:
+        mode["audit"] = dict(audit)
     settings = dict(temperature=1.0, loss_type="grpo", logging_steps=1, freeze_vision=True, **TRAINER_DEFAULTS)
     return JudgePolicyGRPOConfig(
         model_name_or_path=str(start),

@@ -4,6 +4,7 @@ carries the keys the issue asks for (the figures themselves are docs/learning.md
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -67,6 +68,53 @@ def test_judge_as_reward_runs_every_arm(quick_demo, tmp_path):
         "false_negative": result["judge_underpaid_start"] or 0.0,
     }
     assert (tmp_path / "policy" / "exact.png").is_file() and (tmp_path / "policy" / "rewards.png").is_file()
+
+
+@pytest.mark.slow
+def test_reward_audit_runs_every_scenario(quick_demo, tmp_path, monkeypatch):
+    """The three scenarios on tiny budgets (2 steps a run, windows of one step, every group audited): the keys
+    the issue asks for, keep-best's kept checkpoint evaluated, and both over-optimisation curves drawn. The
+    quick demo's judge leaves its verdicts unparsed (reward None), so under the blind spot's length bonus the
+    served judge pays one half to every answer: its windows then have figures and keep-best names a checkpoint."""
+    module = _benchmark("reward_audit")
+
+    async def half(self, groups, call):
+        return [None if g.request is None else [0.5] * len(g.responses) for g in groups]
+
+    monkeypatch.setattr(module.LengthBonusReward, "_ajudge_groups", half)
+    out = tmp_path / "audit"
+    result = module.main(
+        ["--demo", str(quick_demo), "--out", str(out), "--warmup-steps", "2", "--sft-max-steps", "2"]
+        + ["--max-steps", "2", "--num-generations", "2", "--per-device-train-batch-size", "4", "--samples", "2"]
+        + ["--agreement-questions", "2", "--bootstrap", "50", "--seeds", "0", "--window", "1"]
+        + ["--audit-rate", "1.0", "--blind-audit-rate", "1.0", "--min-samples", "1", "--overpay-windows", "1"]
+    )
+    judge, blind, oracle = result["judge"], result["blind_spot"], result["oracle"]
+    for key in ("audit_overpay_start", "audit_overpay_end", "judge_overpaid_start", "judge_overpaid_end"):
+        assert key in judge, key
+    assert 0 <= judge["audit_cost_frac"] < 1 and set(judge["alarm"]) == {"fired", "step"}
+    assert judge["audit"]["audited"] == judge["audit"]["groups"] > 0  # audit_rate 1: every group
+    assert set(judge["gold_by_step"]) == set(judge["judge_reward_by_step"]) <= {"0", "1"}
+    for key in ("judge_reward_by_step", "gold_by_step", "alarm", "gold_peak_step", "kept_step"):
+        assert set(blind[key]) == {"0"}, key
+    assert blind["kept_step"]["0"] in (1, 2)  # keep-best named a checkpoint after a window
+    assert blind["judge_reward_by_step"]["0"]
+    audited = [json.loads(line) for line in (out / "arms" / "audit_blind_spot-seed0" / "audit.jsonl").open()]
+    for row in audited:  # the audit saw the biased reward: the judge's one half plus the length bonus, rescaled
+        assert row["reward"] == pytest.approx((0.5 + min(1.0, len(row["completion"].split()) / 16)) / 2)
+    for key in ("gain_last", "gain_kept"):
+        assert set(blind[key]["per_seed"]) == {"0"} and len(blind[key]["pooled"]["ci95"]) == 2, key
+    low, high = blind["gain_kept_minus_last"]["ci95"]
+    assert low <= blind["gain_kept_minus_last"]["diff"] <= high
+    assert blind["bonus"]["bonus"] == 1.0 and set(blind["goals"]) == {
+        "alarm_within_20pct_after_peak",
+        "kept_beats_last_by_0.03",
+    }
+    assert oracle["alarm"] == {"fired": False, "step": None}
+    assert oracle["gold_by_step"] == oracle["judge_reward_by_step"]  # the answer key is its own gold
+    for name in ("judge", "blind_spot"):
+        assert (out / f"overoptimisation_{name}.png").stat().st_size > 0
+    assert (out / "result.json").is_file() and (out / "arms" / "audit_blind_spot-seed0" / "audit_best.json").is_file()
 
 
 def test_judge_as_reward_serves_the_refreshed_judge(quick_demo, tmp_path):

@@ -42,7 +42,8 @@ class AuditConfig:
         default=0.15, metadata={"help": "the alarm fires when overpay rises this much above its first window's"}
     )
     gold_drop: float = field(
-        default=0.05, metadata={"help": "gold must be this far below its peak (while the judge's reward rises)"}
+        default=0.1,
+        metadata={"help": "share of its peak the smoothed gold must lose (while the judge's reward does not fall)"},
     )
     trend_windows: int = field(default=3, metadata={"help": "closed windows each trend is fitted on"})
     min_samples: int = field(
@@ -59,6 +60,8 @@ class AuditConfig:
         for name in ("window", "queue_size", "min_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"audit {name} ({getattr(self, name)}) must be at least 1")
+        if not 0 < self.gold_drop < 1:
+            raise ValueError(f"audit gold_drop ({self.gold_drop}) is a share of the gold's peak, in (0, 1)")
         if self.trend_windows < 2:
             raise ValueError(f"audit trend_windows ({self.trend_windows}) must be at least 2: a trend needs two points")
         self.guard = self.guard.replace("_", "-")

@@ -3,11 +3,13 @@
 It reads the closed windows that hold at least `min_samples` audited completions, each series smoothed over
 `trend_windows` windows (a 5 % sample is noisy), and fires once, on the first window where
 
-- **the gold falls while the judge's reward rises**: the smoothed gold is `gold_drop` or more below its peak
-  and the judge's reward has risen over the last `trend_windows` windows (a positive slope); or
+- **the gold falls while the judge's reward does not**: the smoothed gold has lost `gold_drop` of its peak
+  (a share of it: 0.1 is a tenth) while the smoothed judge reward stands at or above where it stood at the
+  gold's peak and has risen over the last `trend_windows` windows; or
 - **overpay rises**: the smoothed overpay is more than `overpay_margin` above its first value.
 
-With the answer key as the reward, gold and reward are one series and overpay is nil, so neither can fire.
+With the answer key as the reward, gold and reward are one series (when the gold falls, so does the reward)
+and overpay is nil, so neither can fire, however noisy the sample.
 What it then does is the integration's (`guard`): `warn` logs it and puts it in the metrics, `stop` ends the
 run, `keep-best` keeps and marks the checkpoint with the best audited gold (`training.reward_audit`).
 """
@@ -47,15 +49,16 @@ class Guard:
             return None
         last = usable[-1]
         gold = moving_mean([w.gold_mean for w in usable], c.trend_windows)  # type: ignore[misc]
-        judge = [w.judge_mean for w in usable[-c.trend_windows :]]
+        judge = moving_mean([w.judge_mean for w in usable], c.trend_windows)  # type: ignore[misc]
         peak = max(range(len(gold)), key=gold.__getitem__)
-        if gold[-1] <= gold[peak] - c.gold_drop and slope(judge) > 0:  # type: ignore[arg-type]
+        fell = gold[peak] > 0 and gold[-1] <= (1 - c.gold_drop) * gold[peak]
+        if fell and judge[-1] >= judge[peak] and slope(judge[-c.trend_windows :]) > 0:
             return Alarm(
                 last.window,
                 last.last_step,
                 f"the audited gold fell from {gold[peak]:.2f} (window {usable[peak].window}) to {gold[-1]:.2f} "
-                f"while the judge's reward rose over the last {c.trend_windows} windows "
-                f"({judge[0]:.2f} → {judge[-1]:.2f})",
+                f"while the judge's reward rose from {judge[peak]:.2f} to {judge[-1]:.2f} "
+                f"(each smoothed over {c.trend_windows} windows)",
             )
         paid = [w.overpay for w in usable if w.overpay is not None]
         if len(paid) >= c.trend_windows:

@@ -25,7 +25,7 @@ from typing import Any
 
 from judge.reward.audit.auditors import Auditor, Rejudge, build_auditor
 from judge.reward.audit.config import AuditConfig
-from judge.reward.audit.figures import Scored, WindowFigures, slope, window_figures
+from judge.reward.audit.figures import Scored, WindowFigures, moving_mean, slope, window_figures
 from judge.reward.audit.guard import Alarm, Guard
 
 __all__ = ["AuditedGroup", "RewardAudit"]
@@ -75,7 +75,8 @@ class RewardAudit:
         self.windows: list[WindowFigures] = []
         self.alarm: Alarm | None = None
         self.best: WindowFigures | None = None
-        """The closed window with the highest audited gold so far (what `keep-best` keeps)."""
+        """The closed window with the highest audited gold so far, the gold smoothed over `trend_windows`
+        windows as the guard reads it (what `keep-best` keeps: one window's 5 % sample is noise)."""
         self._open: dict[int, tuple[list[int], list[Scored]]] = {}
         self._kl: dict[int, list[float]] = {}
         self._warned_windows: set[int] = set()
@@ -253,9 +254,10 @@ class RewardAudit:
         kl = self._kl.pop(window, None)
         figures = window_figures(window, steps, samples, sum(kl) / len(kl) if kl else None)
         self.windows.append(figures)
-        if figures.n >= self.config.min_samples and figures.gold_mean is not None:
-            if self.best is None or figures.gold_mean > (self.best.gold_mean or 0.0):
-                self.best = figures
+        usable = [w for w in self.windows if w.n >= self.config.min_samples and w.gold_mean is not None]
+        if usable:
+            smoothed = moving_mean([w.gold_mean for w in usable], self.config.trend_windows)  # type: ignore[misc]
+            self.best = usable[max(range(len(usable)), key=smoothed.__getitem__)]
         if self.alarm is None:
             self.alarm = self.guard.check(self.windows)
             if self.alarm is not None:

@@ -131,9 +131,10 @@ def test_the_guard_fires_when_the_gold_falls_while_the_judge_rises():
     fired = [guard.check(windows[: i + 1]) for i in range(len(windows))]
     first = next(i for i, alarm in enumerate(fired) if alarm is not None)
     assert first == 6 and "gold fell" in fired[first].reason and fired[first].step == 69
-    # Both rising together (the answer key as the reward): no alarm.
-    together = [_window(i, g, g) for i, g in enumerate([0.3, 0.4, 0.5, 0.55, 0.57, 0.52, 0.58, 0.55])]
-    assert all(guard.check(together[: i + 1]) is None for i in range(len(together)))
+    # The answer key as the reward: gold and reward one series, rising, dipping, recovering: no alarm.
+    for series in ([0.3, 0.4, 0.5, 0.55, 0.57, 0.52, 0.58, 0.55], [0.20, 0.10, 0.05, 0.10, 0.15, 0.2, 0.12]):
+        together = [_window(i, g, g) for i, g in enumerate(series)]
+        assert all(guard.check(together[: i + 1]) is None for i in range(len(together)))
 
 
 def test_the_guard_fires_when_overpay_rises_past_its_margin():
