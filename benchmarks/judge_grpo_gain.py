@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--describe-error-rate",
         type=float,
-        help="distilled traces: the describer's per-fact error rate (default: the --demo folder's, else 0.1)",
+        help="distilled traces: the describer's per-fact error rate (default: the --demo folder's, else 0.2, the rate dev chose)",
     )
     parser.add_argument("--seeds", default="0,1,2", help="GRPO seeds, comma-separated")
     parser.add_argument("--pool-n", type=int, default=700, help="fresh world records drawn for the pool")
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if demo is None:  # the demo's judge recipe up to SFT, in the benchmark's own folder (resumable)
         demo = out / "demo"
         traces = args.traces or "exact"
-        rate = (0.1 if args.describe_error_rate is None else args.describe_error_rate) if traces == "distilled" else 0.0
+        rate = (0.2 if args.describe_error_rate is None else args.describe_error_rate) if traces == "distilled" else 0.0
         run_stages(DemoConfig(grpo_max_steps=0, traces=traces, describe_error_rate=rate), demo, until="sft")
     recipe = demo_recipe(demo)
     given = {"traces": args.traces, "describe_error_rate": args.describe_error_rate}

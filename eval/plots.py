@@ -156,7 +156,7 @@ def overoptimisation_curve(
         if with_kl:
             panels.append((axes[1], "kl", "KL to the start policy"))
         for ax, key, label in panels:
-            shown = rows if key == "last_step" else with_kl
+            shown = rows if key == "last_step" else sorted(with_kl, key=lambda w: w["kl"])  # KL need not grow
             xs = [w[key] for w in shown]
             ax.plot(xs, [w["judge_mean"] for w in shown], marker=".", label="judge reward (proxy)")
             ax.plot(xs, [w["gold_mean"] for w in shown], marker=".", label="audited gold")
