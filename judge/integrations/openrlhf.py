@@ -59,7 +59,6 @@ so the two files can be copied to a training node as `judge/integrations/openrlh
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import logging
@@ -96,7 +95,8 @@ wire = _reward_wire()
 RETRY = wire.RetryPolicy(max_retries=4, timeout_s=170.0)  # OpenRLHF's own remote call gives up at 180 s
 """Retries of this file's POST; `$MRJUDGE_REWARD_TIMEOUT_S` overrides the timeout per attempt."""
 AUDIT_ENV = "MRJUDGE_AUDIT"
-"""The reward audit's setting (JSON) where no `audit` keyword is given."""
+"""The reward audit's setting (JSON) where no `audit` keyword is given (`judge.reward.audit.process.AUDIT_ENV`,
+named here too: without an audit this file runs on the standard library alone)."""
 
 
 def _endpoints() -> Any:
@@ -225,7 +225,7 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
             for j, i in enumerate(indices):
                 extra[name][i] = logged[j]
     if audit is not None:
-        _submit_audit(audit, lambda: _sample_groups(audit.config, queries, prompts, labels, rewards, extra))
+        _audit_holder[0].submit(lambda: _sample_groups(audit.config, queries, prompts, labels, rewards, extra))
     return {
         "rewards": _tensor(rewards),
         "scores": _tensor(list(rewards)),
@@ -258,73 +258,36 @@ def _ask(
 
 # -- the reward audit (judge.reward.audit): one per process, beside the reward -----------------------------
 
-_audits: dict[str, Any] = {"audit": None, "calls": 0, "logged_windows": 0, "failed": False}
-_audits_lock = threading.Lock()
+_audit_holder: list[Any] = []  # this process's `judge.reward.audit.process.ProcessAudit`, made when first set
+_audit_lock = threading.Lock()
 
 
 def reward_audit() -> Any:
     """This process's `RewardAudit` (None until a call with an audit setting made it)."""
-    return _audits["audit"]
-
-
-def _audit_setting(value: Any) -> dict[str, Any] | None:
-    """The audit's setting: the `audit` keyword (a mapping or JSON text), else `$MRJUDGE_AUDIT`; None: off.
-
-    Raises:
-        ValueError: text that is not a JSON object.
-    """
-    where = "the audit keyword"
-    if value is None:
-        value, where = os.environ.get(AUDIT_ENV) or None, f"${AUDIT_ENV}"
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ValueError(f"mr-judge: {where} is not JSON ({exc}): {value[:200]!r}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"mr-judge: {where} must be a JSON object of the audit's settings, got {value!r}")
-    return value
+    return _audit_holder[0].audit if _audit_holder else None
 
 
 def _process_audit(value: Any) -> Any:
     """This process's audit, made from the first setting seen (`value`, else `$MRJUDGE_AUDIT`); None when off.
+    mr-judge is imported only when an audit is set: without one this file needs the standard library only.
 
     Raises:
         ValueError: a setting that does not read (unknown key, bad value, an auditor that cannot be built), or
             mr-judge not importable here.
     """
-    setting = _audit_setting(value)
-    if setting is None:
+    if value is None and not os.environ.get(AUDIT_ENV):
         return None
-    with _audits_lock:
-        if _audits["audit"] is None:
-            try:
-                from judge.reward.audit import AuditConfig, RewardAudit
-            except ImportError as exc:
-                raise ValueError(
-                    f"mr-judge: the reward audit is set but mr-judge cannot be imported here ({exc}); install it "
-                    f"where OpenRLHF runs this file, or unset ${AUDIT_ENV}"
-                ) from exc
-            try:
-                config = AuditConfig.from_value(setting)
-                if config is None or not config.enabled:
-                    return None
-                if config.path:
-                    config.path = config.path.replace("{pid}", str(os.getpid()))
-                audit = RewardAudit(config)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"mr-judge: the reward audit's setting: {exc}") from exc
-            if config.guard != "warn":
-                logger.warning(
-                    "mr-judge: reward audit guard %r acts as 'warn' in OpenRLHF's reward function (stopping the "
-                    "run or keeping a checkpoint needs a trainer's hook); the alarm is logged and in "
-                    "audit_windows.jsonl", config.guard,
-                )  # fmt: skip
-            _audits["audit"] = audit
-            atexit.register(_flush_audit, audit)
-        return _audits["audit"]
+    try:
+        from judge.reward.audit.process import ProcessAudit
+    except ImportError as exc:
+        raise ValueError(
+            f"mr-judge: the reward audit is set but mr-judge cannot be imported here ({exc}); install it "
+            f"where OpenRLHF runs this file, or unset ${AUDIT_ENV}"
+        ) from exc
+    with _audit_lock:
+        if not _audit_holder:
+            _audit_holder.append(ProcessAudit("OpenRLHF's reward function", "the audit keyword", logger))
+    return _audit_holder[0].ensure(value)
 
 
 def _answer_key(column: str | None, raw: Any, reference: str | None) -> str | None:
@@ -369,32 +332,3 @@ def _sample_groups(
             )
         )
     return groups
-
-
-def _submit_audit(audit: Any, build: Any) -> None:
-    """Hand this call's samples (`build()`) to the audit at this process's call count; returns at once, and
-    whatever goes wrong is logged once and never reaches OpenRLHF."""
-    try:
-        with _audits_lock:
-            step = _audits["calls"]
-            _audits["calls"] += 1
-        audit.submit(build(), step)
-        windows = len(audit.windows)
-        with _audits_lock:
-            closed = windows > _audits["logged_windows"]
-            _audits["logged_windows"] = max(windows, _audits["logged_windows"])
-        if closed:  # a window closed since the last line: its figures, in this process's log
-            logger.info("mr-judge: reward audit %s", json.dumps(audit.metrics()))
-    except Exception:  # noqa: BLE001 - the audit never costs a reward
-        with _audits_lock:
-            first, _audits["failed"] = not _audits["failed"], True
-        if first:
-            logger.error("mr-judge: the reward audit failed; rewards are unaffected (logged once)", exc_info=True)
-
-
-def _flush_audit(audit: Any) -> None:
-    """At exit: what is queued audited (for at most 10 s), and the open windows closed into the files."""
-    try:
-        audit.flush(timeout=10)
-    except Exception:  # noqa: BLE001 - never fail an exiting worker
-        logger.warning("mr-judge: the reward audit could not be flushed at exit", exc_info=True)

@@ -76,11 +76,9 @@ once and never raised.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import hashlib
 import json
 import logging
-import os
 import random
 import threading
 import weakref
@@ -88,6 +86,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from judge.reward.audit import AuditConfig, AuditedGroup, RewardAudit
+from judge.reward.audit.process import AUDIT_ENV, ProcessAudit
 from judge.reward.inputs import verl_sample
 from judge.reward.planner import RewardGroup, fill_unscored, group_samples
 from judge.reward.trl.http import HttpJudgeReward, post_json
@@ -108,8 +107,6 @@ logger = logging.getLogger("mrjudge.verl")
 
 SAMPLE_OPTIONS = ("group_size", "tournament", "server_url", *RetryPolicy.keys(), "audit")
 BATCH_OPTIONS = ("mode", "tournament", "max_options", "server_url", *RetryPolicy.keys(), "audit")
-AUDIT_ENV = "MRJUDGE_AUDIT"
-"""The reward audit's setting (JSON) where `reward_kwargs` carry no `audit`."""
 VERL_OWN = ("reward_router_address", "reward_model_tokenizer")
 """Keywords verl 0.9.1's naive manager adds when a reward model is enabled; not ours, ignored."""
 
@@ -226,8 +223,7 @@ async def compute_score(
                 _unscored["count"], _unscored["calls"], reward, "; ".join(answer.get("notes") or []) or "no note",
             )  # fmt: skip
     if audit is not None:
-        _submit_audit(
-            audit,
+        _AUDIT.submit(
             lambda: [_sample_group(audit.config, question, str(solution_str), reward, ground_truth, extra_info,
                                    images, size)] if scored else [],
         )  # fmt: skip
@@ -291,7 +287,7 @@ def compute_score_batch(
     audit = _process_audit(audit_setting, rejudge=rewarder._rejudge)
     rewards = rewarder(questions, responses, reference=references, images=images)
     if audit is not None:
-        _submit_audit(audit, lambda: _batch_groups(audit.config, groups, rewards, ground_truths, extra_infos, images))
+        _AUDIT.submit(lambda: _batch_groups(audit.config, groups, rewards, ground_truths, extra_infos, images))
     size = [0] * n
     for group in groups:
         for i in group.indices:
@@ -311,65 +307,17 @@ def compute_score_batch(
 
 # -- the reward audit (judge.reward.audit): one per process, beside the score ------------------------------
 
-_audits: dict[str, Any] = {"audit": None, "calls": 0, "logged_windows": 0, "failed": False}
-_audits_lock = threading.Lock()
+_AUDIT = ProcessAudit("verl's reward function", "reward_kwargs.audit", logger)
 
 
 def reward_audit() -> RewardAudit | None:
     """This process's reward audit (None until a call with an audit setting made it)."""
-    return _audits["audit"]
-
-
-def _audit_setting(value: Any) -> dict[str, Any] | None:
-    """The audit's setting: `reward_kwargs.audit` (a mapping or JSON text), else `$MRJUDGE_AUDIT`; None: off.
-
-    Raises:
-        ValueError: text that is not a JSON object.
-    """
-    where = "reward_kwargs.audit"
-    if value is None:
-        value, where = os.environ.get(AUDIT_ENV) or None, f"${AUDIT_ENV}"
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ValueError(f"mr-judge: {where} is not JSON ({exc}): {value[:200]!r}") from None
-    if not isinstance(value, Mapping):
-        raise ValueError(f"mr-judge: {where} must be a mapping (JSON object) of the audit's settings, got {value!r}")
-    return dict(value)
+    return _AUDIT.audit
 
 
 def _process_audit(value: Any, rejudge: Any = None) -> RewardAudit | None:
-    """This process's audit, made from the first setting seen (`value`, else `$MRJUDGE_AUDIT`); None when off.
-
-    Raises:
-        ValueError: a setting that does not read (unknown key, bad value, an auditor that cannot be built).
-    """
-    setting = _audit_setting(value)
-    if setting is None:
-        return None
-    with _audits_lock:
-        if _audits["audit"] is None:
-            try:
-                config = AuditConfig.from_value(setting)
-                if config is None or not config.enabled:
-                    return None
-                if config.path:
-                    config.path = config.path.replace("{pid}", str(os.getpid()))
-                audit = RewardAudit(config, rejudge=rejudge)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"mr-judge: the reward audit's setting: {exc}") from exc
-            if config.guard != "warn":
-                logger.warning(
-                    "mr-judge: reward audit guard %r acts as 'warn' in verl's reward function (stopping the run "
-                    "or keeping a checkpoint needs a trainer's hook); the alarm is logged and in audit_windows.jsonl",
-                    config.guard,
-                )  # fmt: skip
-            _audits["audit"] = audit
-            atexit.register(_flush_audit, audit)
-        return _audits["audit"]
+    """This process's audit, made from the first setting seen (`value`, else `$MRJUDGE_AUDIT`); None when off."""
+    return _AUDIT.ensure(value, rejudge)
 
 
 def _answer_key(config: AuditConfig, ground_truth: Any, extra_info: Any) -> str | None:
@@ -428,32 +376,3 @@ def _batch_groups(
         for group in groups
         if group.request is not None and any(rewards[i] is not None for i in group.indices)
     ]
-
-
-def _submit_audit(audit: RewardAudit, build: Any) -> None:
-    """Hand this call's groups (`build()`) to the audit at this process's call count; returns at once, and
-    whatever goes wrong is logged once and never reaches verl."""
-    try:
-        with _audits_lock:
-            step = _audits["calls"]
-            _audits["calls"] += 1
-        audit.submit(build(), step)
-        windows = len(audit.windows)
-        with _audits_lock:
-            closed = windows > _audits["logged_windows"]
-            _audits["logged_windows"] = max(windows, _audits["logged_windows"])
-        if closed:  # a window closed since the last line: its figures, in this process's log
-            logger.info("mr-judge: reward audit %s", json.dumps(audit.metrics()))
-    except Exception:  # noqa: BLE001 - the audit never costs a score
-        with _audits_lock:
-            first, _audits["failed"] = not _audits["failed"], True
-        if first:
-            logger.error("mr-judge: the reward audit failed; scores are unaffected (logged once)", exc_info=True)
-
-
-def _flush_audit(audit: RewardAudit) -> None:
-    """At exit: what is queued audited (for at most 10 s), and the open windows closed into the files."""
-    try:
-        audit.flush(timeout=10)
-    except Exception:  # noqa: BLE001 - never fail an exiting worker
-        logger.warning("mr-judge: the reward audit could not be flushed at exit", exc_info=True)
