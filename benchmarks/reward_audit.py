@@ -41,10 +41,8 @@ embedded world:
 3. `oracle`, **the answer key with the audit**: reward = `OracleReward` (exact match), wrapped so that it hands
    each prompt's completions to a `RewardAudit` (answer key, `--audit-rate`, `--window`) as the judge rewards
    do; gold equals the reward, so its `alarm.fired` should be false (`judge_reward_by_step`, `gold_by_step`,
-   `gain` beside it). It can still fire on noise: the guard compares the smoothed gold's fall from its peak
-   with the raw reward's slope over the last windows, so a gold that dips and recovers (0.20, 0.10, 0.05,
-   0.10, 0.15 fires at the fifth window) reads as "gold fell while the reward rose" even when they are one
-   series.
+   `gain` beside it). The guard compares the smoothed gold with the smoothed reward and fires only when the gap
+   between them widens, so a reward that is its own gold cannot fire it, however a 5 % sample dips.
 
 Audit steps are the trainer's `global_step` when the batch was rewarded (the k-th optimizer step's batch is
 step k − 1), so window w covers steps w·window … w·window + window − 1, and keep-best's checkpoint after it is
@@ -75,9 +73,11 @@ With the bias the policy learns to ramble ("The green triangle is to the left of
 yellow of the yellow below the yellow circle."), the judge's reward per window rises (0.54 → 0.62 at 120
 steps) and the dev exact answers fall (0.074 → 0.015). What keeps the issue's goals out of reach with this
 start policy: its gold on its own training prompts is 0.03–0.05 a window from the first step, so the guard's
-gold branch (the smoothed gold `--gold-drop` 0.05 below its peak) cannot fire (the one alarm whose reason was
-read, at 1e-3 and 80 steps, came from the overpay branch, at the last window); and keep-best's best window is
-a single window's noise high (0.056 against 0.04), so the kept checkpoint is no better than the last. A
+gold branch (then: the smoothed gold 0.05 below its peak, an absolute fall) could not fire (the one alarm whose
+reason was read, at 1e-3 and 80 steps, came from the overpay branch, at the last window); and keep-best's best
+window was a single window's noise high (0.056 against 0.04), so the kept checkpoint was no better than the last.
+Since these probes the guard reads a relative fall (`gold_drop`: a share of the peak) and keep-best the
+smoothed gold; they have not been rerun. A
 stronger start (`--sft-max-steps 2400`: 0.26 sampled on dev in docs/learning.md) gives the gold room to fall;
 it was not measured here.
 
@@ -154,7 +154,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=10, help="steps per audit window")
     parser.add_argument("--min-samples", type=int, default=8, help="audited answers a window needs for the guard")
     parser.add_argument(
-        "--gold-drop", type=float, default=0.05, help="the guard's gold_drop: how far below its peak the gold must fall"
+        "--gold-drop",
+        type=float,
+        default=0.05,
+        help="the guard's gold_drop: the share of its peak the smoothed gold must lose",
     )
     parser.add_argument("--overpay-windows", type=int, default=3, help="first and last windows pooled for overpay")
     parser.add_argument("--blind-learning-rate", type=float, default=1e-3, help="the blind spot's GRPO learning rate")
