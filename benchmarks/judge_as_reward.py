@@ -73,26 +73,32 @@ ARMS = ("oracle", "judge", "judge_listwise", "random", "judge_capped", "oracle_n
 DEFAULT_ARMS = ARMS[:4]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/judge_as_reward"))
+def add_policy_args(parser: argparse.ArgumentParser, *, max_steps: int, max_steps_help: str) -> None:
+    """What every benchmark on the seeing policy asks: the demo and judge, the question split, the start
+    policy's warm-up and SFT, policy GRPO's settings and the evaluation's samples."""
     parser.add_argument("--demo", type=Path, help="a demo folder with its world and judge (default: train one)")
     parser.add_argument("--judge", type=Path, help="the judge model (default: the demo's grpo/model)")
-    parser.add_argument(
-        "--arms", default=",".join(DEFAULT_ARMS), help=f"arms to run, comma-separated ({', '.join(ARMS)})"
-    )
     parser.add_argument("--report", choices=("val", "dev"), default="val", help="the questions figures are on")
     parser.add_argument("--dev-fraction", type=float, default=0.1, help="training questions held back for choices")
     parser.add_argument("--policy-seed", type=int, default=1, help="the policy's own seed (warm-up, SFT)")
     parser.add_argument("--warmup-steps", type=int, default=600, help="policy perception warm-up steps")
     parser.add_argument("--sft-max-steps", type=int, default=800, help="policy SFT steps on right answers")
-    parser.add_argument("--max-steps", type=int, default=200, help="GRPO steps per arm (600 on dev: oracle +0.086)")
+    parser.add_argument("--max-steps", type=int, default=max_steps, help=max_steps_help)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--beta", type=float, default=0.04)
     parser.add_argument("--num-generations", type=int, default=4)
     parser.add_argument("--per-device-train-batch-size", type=int, default=16)
     parser.add_argument("--max-completion-length", type=int, default=24)
     parser.add_argument("--samples", type=int, default=4, help="sampled answers per question in the evaluation")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/judge_as_reward"))
+    parser.add_argument(
+        "--arms", default=",".join(DEFAULT_ARMS), help=f"arms to run, comma-separated ({', '.join(ARMS)})"
+    )
+    add_policy_args(parser, max_steps=200, max_steps_help="GRPO steps per arm (600 on dev: oracle +0.086)")
     parser.add_argument(
         "--refresh-steps",
         type=int,

@@ -104,6 +104,7 @@ from typing import Any
 
 from benchmarks.judge_as_reward import (
     Start,
+    add_policy_args,
     after_figures,
     agreement,
     demo_and_judge,
@@ -129,23 +130,10 @@ ALARM_WITHIN = 0.2
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/reward_audit"))
-    parser.add_argument("--demo", type=Path, help="a demo folder with its world and judge (default: train one)")
-    parser.add_argument("--judge", type=Path, help="the judge model (default: the demo's grpo/model)")
     parser.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help=f"scenarios to run, comma-separated ({', '.join(SCENARIOS)})"
     )
-    parser.add_argument("--report", choices=("val", "dev"), default="val", help="the questions figures are on")
-    parser.add_argument("--dev-fraction", type=float, default=0.1, help="training questions held back for choices")
-    parser.add_argument("--policy-seed", type=int, default=1, help="the policy's own seed (warm-up, SFT)")
-    parser.add_argument("--warmup-steps", type=int, default=600, help="policy perception warm-up steps")
-    parser.add_argument("--sft-max-steps", type=int, default=800, help="policy SFT steps on right answers")
-    parser.add_argument("--max-steps", type=int, default=80, help="GRPO steps per run")
-    parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--beta", type=float, default=0.04)
-    parser.add_argument("--num-generations", type=int, default=4)
-    parser.add_argument("--per-device-train-batch-size", type=int, default=16)
-    parser.add_argument("--max-completion-length", type=int, default=24)
-    parser.add_argument("--samples", type=int, default=4, help="sampled answers per question in the evaluation")
+    add_policy_args(parser, max_steps=80, max_steps_help="GRPO steps per run")
     parser.add_argument("--agreement-questions", type=int, default=64, help="questions whose samples the judge scores")
     parser.add_argument("--seed", type=int, default=0, help="GRPO seed of the judge and oracle runs; sampling seed")
     parser.add_argument("--seeds", default="0,1", help="the blind spot's GRPO (and audit) seeds, comma-separated")
