@@ -406,6 +406,12 @@ def run_arms(args: argparse.Namespace, start: Start, judge: Any) -> ArmsRun:
     return ArmsRun(results, histories, agree_start, noise_rates)
 
 
+def grpo_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Policy GRPO's settings as the JSON line states them."""
+    names = ("max_steps", "learning_rate", "beta", "num_generations", "per_device_train_batch_size")
+    return {name: getattr(args, name) for name in names}
+
+
 def report(args: argparse.Namespace, start: Start, arms: ArmsRun, served: dict[str, Any], wall_s: float) -> dict:
     """The JSON line: the start, every arm's figures keyed by arm, the judge's agreement, the settings; `served`
     holds the line's `policy`, `judge_model` and `refresh`."""
@@ -428,14 +434,7 @@ def report(args: argparse.Namespace, start: Start, arms: ArmsRun, served: dict[s
         "judge_underpaid_start": agree_start["underpaid"],
         "noise_rates": {"false_positive": noise_rates[0], "false_negative": noise_rates[1]},
         **served,
-        "grpo": {
-            "max_steps": args.max_steps,
-            "learning_rate": args.learning_rate,
-            "beta": args.beta,
-            "num_generations": args.num_generations,
-            "per_device_train_batch_size": args.per_device_train_batch_size,
-            "train_s": {arm: r["train_s"] for arm, r in results.items()},
-        },
+        "grpo": {**grpo_settings(args), "train_s": {arm: r["train_s"] for arm, r in results.items()}},
         "wall_s": round(wall_s, 1),
     }
     if args.select_every:  # each arm at the step the dev questions chose, beside its last step above
