@@ -158,7 +158,10 @@ def test_help_fields_lists_the_judge_fields(capsys):
     assert main(["train", "policy", "--help-fields"]) == 0
     out = capsys.readouterr().out
     assert "reward: The judge reward, nested: {transport: http, url:" in out and "Policy to train" in out
-    assert "in_process keys: mode, tournament, reference_column, max_options, cap_at_reference, retry, audit, model," in out
+    assert (
+        "in_process keys: mode, tournament, reference_column, max_options, cap_at_reference, retry, audit, model,"
+        in out
+    )
 
 
 # -- GRPO steps -------------------------------------------------------------------------------------------
