@@ -45,51 +45,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.policy_start import (
+    Start,
+    add_policy_args,
+    demo_and_judge,
+    grpo_settings,
+    plain_paths,
+    reward_app,
+    seeing_policy,
+    split_questions,
+)
 from benchmarks.workers import paired_bootstrap
 from reward_server.background import serve_in_thread
-from tiny_world.demo.config import DemoConfig
-from tiny_world.demo.runner import demo_judge, demo_recipe, demo_stage_hash, run_stages
-from tiny_world.policy_data import rebase_images, world_questions
 from tiny_world.recipe import History
 from tiny_world.seeing_policy import (
-    SEEING_POLICY_VERSION,
     NoisyOracleReward,
     OracleReward,
     RandomReward,
     exact_answers,
     policy_grpo_config,
     policy_grpo_fields,
-    train_seeing_policy,
 )
 
 ARMS = ("oracle", "judge", "judge_listwise", "random", "judge_capped", "oracle_noisy", "oracle_noisy_fixed")
 DEFAULT_ARMS = ARMS[:4]
-
-
-def add_policy_args(parser: argparse.ArgumentParser, *, max_steps: int, max_steps_help: str) -> None:
-    """What every benchmark on the seeing policy asks: the demo and judge, the question split, the start
-    policy's warm-up and SFT, policy GRPO's settings and the evaluation's samples."""
-    parser.add_argument("--demo", type=Path, help="a demo folder with its world and judge (default: train one)")
-    parser.add_argument("--judge", type=Path, help="the judge model (default: the demo's grpo/model)")
-    parser.add_argument("--report", choices=("val", "dev"), default="val", help="the questions figures are on")
-    parser.add_argument("--dev-fraction", type=float, default=0.1, help="training questions held back for choices")
-    parser.add_argument("--policy-seed", type=int, default=1, help="the policy's own seed (warm-up, SFT)")
-    parser.add_argument("--warmup-steps", type=int, default=600, help="policy perception warm-up steps")
-    parser.add_argument("--sft-max-steps", type=int, default=800, help="policy SFT steps on right answers")
-    parser.add_argument("--max-steps", type=int, default=max_steps, help=max_steps_help)
-    parser.add_argument("--learning-rate", type=float, default=2e-4)
-    parser.add_argument("--beta", type=float, default=0.04)
-    parser.add_argument("--num-generations", type=int, default=4)
-    parser.add_argument("--per-device-train-batch-size", type=int, default=16)
-    parser.add_argument("--max-completion-length", type=int, default=24)
-    parser.add_argument("--samples", type=int, default=4, help="sampled answers per question in the evaluation")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -236,21 +221,6 @@ def refreshed_judge(args: argparse.Namespace, recipe: Any, demo: Path, judge: Pa
 
 
 @dataclass(frozen=True)
-class Start:
-    """What every arm starts from and is measured on."""
-
-    model: Path  # the seeing policy after its SFT
-    prompts: Path  # its GRPO prompts
-    image_root: Path  # the demo's negatives folder, where the questions' images are
-    report_rows: list[dict[str, Any]]  # the questions figures are on (`--report`)
-    dev_rows: list[dict[str, Any]]  # training questions held back for choices
-    agree_rows: list[dict[str, Any]]  # the questions whose samples the judge scores
-    evaluate: dict[str, Any]  # `exact_answers`' settings
-    before: dict[str, Any]  # the start policy's exact answers to `report_rows`
-    swapped: dict[str, Any]  # the same with each question's picture swapped for another's
-
-
-@dataclass(frozen=True)
 class ArmsRun:
     """What `run_arms` measured."""
 
@@ -258,53 +228,6 @@ class ArmsRun:
     histories: dict[str, list[dict[str, Any]]]  # each arm's training logs
     agree_start: dict[str, Any]  # `agreement` on the start policy's samples
     noise_rates: tuple[float, float]  # the noisy oracles' false positive and false negative rates
-
-
-def demo_and_judge(args: argparse.Namespace) -> tuple[Path, Path, Any]:
-    """The demo folder, the judge model and the demo's recipe. Without `--demo`, the demo's judge recipe up to its
-    GRPO stage, in the benchmark's own folder (resumable)."""
-    demo = args.demo
-    if demo is None:
-        demo = args.out / "demo"
-        run_stages(DemoConfig(), demo, until="grpo")
-    return demo, args.judge or demo_judge(demo), demo_recipe(demo)
-
-
-def split_questions(
-    demo: Path, data: Path, args: argparse.Namespace
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The world's questions: the policy's training questions (images rebased into `data`), the dev questions
-    held back from them (`--dev-fraction`), and the questions figures are reported on (`--report`)."""
-    negatives, distill = demo / "negatives", demo / "distill"
-    train = rebase_images(world_questions(negatives, distill, "train"), negatives, data)
-    rng = random.Random(f"{args.seed}:dev")
-    dev_ids = set(rng.sample([r["id"] for r in train], round(args.dev_fraction * len(train))))
-    dev_rows = [r for r in world_questions(negatives, distill, "train") if r["id"] in dev_ids]
-    report_rows = world_questions(negatives, distill, "val") if args.report == "val" else dev_rows
-    return [r for r in train if r["id"] not in dev_ids], dev_rows, report_rows
-
-
-def seeing_policy(
-    args: argparse.Namespace, demo: Path, recipe: Any, train: list[dict[str, Any]]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The start policy (`train_seeing_policy`) and its cache key; the same policy trained before is reused
-    (`OUT/policy/seeing.json`)."""
-    key = {"demo": str(demo.resolve()), "distill": demo_stage_hash(demo, "distill"), "seed": args.policy_seed}
-    key.update(warmup_steps=args.warmup_steps, version=SEEING_POLICY_VERSION)
-    key.update(sft_max_steps=args.sft_max_steps, dev_fraction=args.dev_fraction, dev_seed=args.seed)
-    record = args.out / "policy" / "seeing.json"
-    if record.is_file() and json.loads(record.read_text())["key"] == key:  # the same seeing policy: reuse it
-        saved = json.loads(record.read_text())["policy"]
-        return {k: Path(v) if k in ("model", "prompts") else v for k, v in saved.items()}, key
-    policy = train_seeing_policy(demo / "world", demo / "distill", train, args.out / "policy", seed=args.policy_seed,
-                                 warmup_steps=args.warmup_steps, sft_max_steps=args.sft_max_steps,
-                                 shaded=recipe.shaded)  # fmt: skip
-    record.write_text(json.dumps({"key": key, "policy": _plain(policy)}))
-    return policy, key
-
-
-def _plain(policy: dict[str, Any]) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in policy.items()}
 
 
 def arm_rewards(args: argparse.Namespace, noise_rates: tuple[float, float]) -> dict[str, list[Any] | None]:
@@ -373,16 +296,6 @@ def run_arm(
     return figures, logs
 
 
-def reward_app(judge: Any, per_device_train_batch_size: int) -> Any:
-    """The reward server's app serving `judge` (`serve_in_thread` it on loopback): batches of up to two GRPO
-    batches, up to 8 candidates a request."""
-    from reward_server import create_app
-    from reward_server.config import ServerConfig
-
-    batch = 2 * per_device_train_batch_size
-    return create_app(judge, ServerConfig(port=0, max_batch_items=batch, max_candidates=8))
-
-
 def run_arms(args: argparse.Namespace, start: Start, judge: Any) -> ArmsRun:
     """Every arm in turn, the judge served on loopback: each arm's figures and training logs, the judge's
     agreement with the answer key on the start policy's samples, and the noisy oracles' error rates."""
@@ -404,12 +317,6 @@ def run_arms(args: argparse.Namespace, start: Start, judge: Any) -> ArmsRun:
             print(f"{arm}: {results[arm]}", file=sys.stderr)
         pairwise.close()
     return ArmsRun(results, histories, agree_start, noise_rates)
-
-
-def grpo_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Policy GRPO's settings as the JSON line states them."""
-    names = ("max_steps", "learning_rate", "beta", "num_generations", "per_device_train_batch_size")
-    return {name: getattr(args, name) for name in names}
 
 
 def report(args: argparse.Namespace, start: Start, arms: ArmsRun, served: dict[str, Any], wall_s: float) -> dict:
@@ -479,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     judge = recipe.judge(judge_model, image_root=None, batch_size=2 * args.per_device_train_batch_size)
     arms = run_arms(args, start, judge)
 
-    served = {"policy": _plain(policy), "judge_model": str(judge_model), "refresh": refresh}
+    served = {"policy": plain_paths(policy), "judge_model": str(judge_model), "refresh": refresh}
     result = report(args, start, arms, served, time.perf_counter() - began)
     (out / "history.json").write_text(json.dumps(arms.histories))
     (out / "result.json").write_text(json.dumps(result, indent=1))

@@ -15,9 +15,9 @@ embedded world:
    the last `--overpay-windows` (3) windows (`audit.jsonl`: a single window at 5 % holds about 8 answers),
    with their counts in `audit_overpay_wrong`; beside them the full evaluation's `judge_overpaid_start` /
    `_end` (`judge_as_reward.agreement`: the judge on the start and the trained policy's sampled answers to the
-   first `--agreement-questions` questions). `audit_cost_frac`: the seconds the audit's worker spent in
-   `RewardAudit._audit` (the auditor, `audit.jsonl`, the window figures; it runs beside training on its own
-   thread) over the arm's training wall time (`train_s`: build, train, save). `alarm`: `{fired, step}`.
+   first `--agreement-questions` questions). `audit_cost_frac`: the seconds the audit's worker spent (the
+   audit's own `worker_s` in `audit_summary.json`: the auditor, `audit.jsonl`, the window figures; it runs beside
+   training on its own thread) over the arm's training wall time (`train_s`: build, train, save). `alarm`: `{fired, step}`.
 2. `blind_spot`, **a planted blind spot**: the same served judge with a stated length bonus, the classic
    LLM-judge bias: a completion the judge pays `p` (pairwise) is paid `(p + bonus * min(1, words /
    bonus_words)) / (1 + bonus)` (`--bonus` 1.0, `--bonus-words` 16; the world's right answers have 7–10 words):
@@ -93,33 +93,28 @@ The end-to-end test (quick demo, 2 steps a run) takes 70–160 s.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.judge_as_reward import (
+from benchmarks.audited_rewards import AuditedOracleReward, LengthBonusReward
+from benchmarks.judge_as_reward import after_figures, agreement, train_arm
+from benchmarks.kit import emit, rounded
+from benchmarks.policy_start import (
     Start,
     add_policy_args,
-    after_figures,
-    agreement,
     demo_and_judge,
     grpo_settings,
     reward_app,
     seeing_policy,
     split_questions,
-    train_arm,
 )
-from benchmarks.kit import emit, rounded
 from benchmarks.workers import paired_bootstrap
-from judge.reward.audit import AuditConfig, AuditedGroup, RewardAudit
-from judge.reward.trl.http import AsyncHttpJudgeReward
 from reward_server.background import serve_in_thread
-from tiny_world.seeing_policy import OracleReward, exact_answers
+from tiny_world.seeing_policy import exact_answers
 
 SCENARIOS = ("judge", "blind_spot", "oracle")
 KEPT_OVER_LAST = 0.03
@@ -169,89 +164,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# -- the rewards --------------------------------------------------------------------------------------------
-
-
-class LengthBonusReward(AsyncHttpJudgeReward):
-    """The served judge's pairwise reward `p` plus a stated length bonus, kept in [0, 1] by rescaling:
-    `(p + bonus * min(1, words / target_words)) / (1 + bonus)`, applied to the group results before the reward
-    path's `_finish` (so the audit, which runs there, audits the reward the trainer gets). Rescaled rather than
-    clipped at 1: clipped, the answers the judge already pays well all earn 1 whatever their length."""
-
-    def __init__(self, url: str, *, bonus: float, target_words: int, **options: Any) -> None:
-        super().__init__(url, **options)
-        self.bonus, self.target_words = bonus, target_words
-
-    def biased(self, reward: float, text: str) -> float:
-        """`reward` with the length bonus, rescaled into [0, 1]."""
-        return (reward + self.bonus * min(1.0, len(text.split()) / self.target_words)) / (1.0 + self.bonus)
-
-    def _finish(self, n, groups, results, call, start, kwargs):  # type: ignore[no-untyped-def]
-        biased = [
-            None
-            if result is None
-            else [None if r is None else self.biased(r, t) for r, t in zip(result, group.responses)]
-            for group, result in zip(groups, results)
-        ]
-        return super()._finish(n, groups, biased, call, start, kwargs)
-
-
-class AuditedOracleReward:
-    """TRL reward function: the answer key (`OracleReward`), each prompt's completions handed to a `RewardAudit`
-    as the judge rewards hand theirs (`build_policy_trainer` adds the audit's callback, as for them). Its 0/1
-    rewards are read against one half, as a pairwise reward is (`AuditedGroup.pairwise`)."""
-
-    __name__ = "oracle"
-
-    def __init__(self, audit: dict[str, Any]) -> None:
-        self.key = OracleReward()
-        self.audit = RewardAudit(AuditConfig.from_value(audit))  # type: ignore[arg-type]
-        self.calls = 0
-
-    def __call__(self, prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-        from judge.reward.inputs import completion_text, image_digest, prompt_text
-
-        rewards = self.key(prompts, completions, answer, **kwargs)
-        images = kwargs.get("images") or [[] for _ in prompts]
-        groups: dict[tuple[Any, ...], AuditedGroup] = {}
-        for prompt, completion, reference, reward, own in zip(prompts, completions, answer, rewards, images):
-            own = [] if own is None else list(own) if isinstance(own, list | tuple) else [own]
-            text = prompt_text(prompt)
-            key = (text, reference, tuple(image_digest(image) for image in own))
-            group = groups.setdefault(key, AuditedGroup(text, [], [], reference, own, pairwise=True))
-            group.completions.append(completion_text(completion))
-            group.rewards.append(reward)
-        state = kwargs.get("trainer_state")
-        self.audit.submit(list(groups.values()), int(state.global_step) if state is not None else self.calls)
-        self.calls += 1
-        log_metric = kwargs.get("log_metric")
-        if log_metric is not None:
-            for name, value in self.audit.metrics(f"{self.__name__}/audit").items():
-                log_metric(name, value)
-        return rewards
-
-
-@contextlib.contextmanager
-def audit_seconds() -> Iterator[list[float]]:
-    """Seconds spent in `RewardAudit._audit` while the block runs (`[seconds]`, read after it): what the audit's
-    worker thread spends on each audited group (the auditor, `audit.jsonl`, closing windows)."""
-    spent = [0.0]
-    original = RewardAudit._audit
-
-    def timed(self: RewardAudit, step: int, group: AuditedGroup) -> None:
-        began = time.perf_counter()
-        try:
-            original(self, step, group)
-        finally:
-            spent[0] += time.perf_counter() - began
-
-    RewardAudit._audit = timed  # type: ignore[method-assign]
-    try:
-        yield spent
-    finally:
-        RewardAudit._audit = original  # type: ignore[method-assign]
-
-
 # -- one audited run ----------------------------------------------------------------------------------------
 
 
@@ -265,8 +177,7 @@ def audited_run(
     if run_dir.exists():
         shutil.rmtree(run_dir)
     began = time.perf_counter()
-    with audit_seconds() as spent:
-        _, logs = train_arm(name, start, args, url, reward_funcs, **fields)
+    _, logs = train_arm(name, start, args, url, reward_funcs, **fields)
     train_s = time.perf_counter() - began
     for reward in reward_funcs or []:
         if getattr(reward, "audit", None) is not None:
@@ -274,7 +185,14 @@ def audited_run(
     summary = json.loads((run_dir / "audit_summary.json").read_text())
     samples = run_dir / "audit.jsonl"
     rows = [json.loads(line) for line in samples.read_text().splitlines()] if samples.is_file() else []
-    return {"dir": run_dir, "logs": logs, "train_s": train_s, "audit_s": spent[0], "summary": summary, "rows": rows}
+    return {
+        "dir": run_dir,
+        "logs": logs,
+        "train_s": train_s,
+        "audit_s": summary["worker_s"],
+        "summary": summary,
+        "rows": rows,
+    }
 
 
 def audit_block(args: argparse.Namespace, seed: int, rate: float, **more: Any) -> dict[str, Any]:

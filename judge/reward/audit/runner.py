@@ -18,6 +18,7 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,8 @@ class RewardAudit:
         self._queue: queue.Queue[tuple[int, AuditedGroup] | None] = queue.Queue(maxsize=config.queue_size)
         self._worker: threading.Thread | None = None
         self._seen = 0
+        self.worker_s = 0.0
+        """Seconds the worker has spent auditing (the auditor, the files, the windows): the audit's cost."""
         self.path = Path(config.path) if config.path else None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +150,7 @@ class RewardAudit:
                 "windows": [w.to_dict() for w in self.windows],
                 "alarm": {"fired": self.alarm is not None, **(self.alarm.to_dict() if self.alarm else {})},
                 "best": self.best.to_dict() if self.best else None,
+                "worker_s": self.worker_s,
             }
 
     def flush(self, timeout: float | None = None) -> None:
@@ -186,7 +190,9 @@ class RewardAudit:
             try:
                 if job is None:
                     return
+                began = time.perf_counter()
                 self._audit(*job)
+                self.worker_s += time.perf_counter() - began
             finally:
                 self._queue.task_done()
 
@@ -269,8 +275,6 @@ class RewardAudit:
 
 def _join(q: queue.Queue, timeout: float) -> None:
     """`q.join()` with a timeout (the queue's own has none)."""
-    import time
-
     deadline = time.monotonic() + timeout
     while q.unfinished_tasks and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -32,6 +32,7 @@ def test_audited_groups_are_exactly_the_seeded_share(tmp_path):
     for step in range(40):
         audit.submit(_groups(10)[step % 10 : step % 10 + 1] * 5, step)  # five groups a step
     audit.close()
+    assert audit.summary()["worker_s"] > 0  # what the audit cost, measured by the audit itself
     expected = [k for k in range(200) if random.Random(f"7:{k}").random() < 0.2]
     assert audit.counts["groups"] == 200 and audit.counts["audited"] == len(expected) and 25 < len(expected) < 55
     rows = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
