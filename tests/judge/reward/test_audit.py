@@ -79,7 +79,7 @@ def test_a_dead_auditor_costs_the_run_nothing_but_a_counter(auditor, caplog):
         assert reward(prompts=prompts, completions=completions, answer=answers, log_metric=metrics) == expected
     reward.audit.flush()
     assert reward.audit.counts["auditor_errors"] == 3 and reward.audit.counts["audited"] == 0
-    assert [r.message for r in caplog.records if "auditor" in r.message].__len__() == 1  # once per window
+    assert len([r for r in caplog.records if "auditor" in r.message]) == 1  # logged once per window
 
 
 def test_the_figures_appear_in_trls_logged_metrics():
