@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kit import known_names
 from benchmarks.policy_start import (
     Start,
     add_policy_args,
@@ -111,10 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.noise_false_positive is not None and not 0.0 <= args.noise_false_positive <= 1.0:
         parser.error(f"--noise-false-positive ({args.noise_false_positive}) must be a probability in [0, 1]")
-    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = sorted(set(args.arms) - set(ARMS))
-    if unknown:
-        raise SystemExit(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
+    args.arms = known_names(parser, "--arms", args.arms, ARMS)
     if args.select_every and args.report != "val":
         raise SystemExit(
             "--select-every picks each arm's step on the dev questions: report on the others (--report val)"

@@ -17,6 +17,7 @@ library and `judge.loopback`.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -38,6 +39,7 @@ __all__ = [
     "cpu_seconds",
     "emit",
     "free_port",
+    "known_names",
     "log_lines",
     "log_text",
     "peak_rss_mib",
@@ -202,6 +204,19 @@ def cpu_seconds(pid: int | None = None, thread: int | None = None) -> float:
     stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
     fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- flags ---------------------------------------------------------------------------------------------------------
+
+
+def known_names(parser: argparse.ArgumentParser, flag: str, value: str, known: Sequence[str]) -> list[str]:
+    """A comma-separated flag's names in order (blanks dropped); one not in `known` is a usage error naming
+    the known ones (`--arms`, `--scenarios`, `--parts`)."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        parser.error(f"{flag}: unknown {unknown}; choose from {', '.join(known)}")
+    return names
 
 
 # -- the JSON line --------------------------------------------------------------------------------------------------

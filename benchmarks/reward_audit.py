@@ -102,7 +102,7 @@ from typing import Any
 
 from benchmarks.audited_rewards import AuditedOracleReward, LengthBonusReward
 from benchmarks.judge_as_reward import after_figures, agreement, train_arm
-from benchmarks.kit import emit, rounded
+from benchmarks.kit import emit, known_names, rounded
 from benchmarks.policy_start import (
     Start,
     add_policy_args,
@@ -149,10 +149,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bonus-words", type=int, default=16, help="words at which the length bonus is full")
     parser.add_argument("--bootstrap", type=int, default=2000)
     args = parser.parse_args(argv)
-    args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    unknown = sorted(set(args.scenarios) - set(SCENARIOS))
-    if unknown:
-        parser.error(f"--scenarios: unknown {unknown}; choose from {', '.join(SCENARIOS)}")
+    args.scenarios = known_names(parser, "--scenarios", args.scenarios, SCENARIOS)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if not args.seeds:
         parser.error("--seeds: give at least one seed")
@@ -208,6 +205,20 @@ def alarm_of(summary: dict[str, Any]) -> dict[str, Any]:
 def by_step(summary: dict[str, Any], key: str) -> dict[int, float]:
     """Each audit window's last step → its `key` (windows without one left out)."""
     return {w["last_step"]: w[key] for w in summary["windows"] if w.get(key) is not None}
+
+
+def run_figures(run: dict[str, Any], figures: dict[str, Any], counts: tuple[str, ...]) -> dict[str, Any]:
+    """One audited run's report (`audited_run`): its alarm, the audit's `counts` and windows, the judge's reward
+    and the gold per window, and the policy's gain (`after_figures`)."""
+    summary = run["summary"]
+    return {
+        "alarm": alarm_of(summary),
+        "audit": {k: summary[k] for k in counts} | {"windows": len(summary["windows"])},
+        "judge_reward_by_step": by_step(summary, "judge_mean"),
+        "gold_by_step": by_step(summary, "gold_mean"),
+        "gain": figures["gain"],
+        "gain_ci95": list(figures["gain_ci95"]),
+    }
 
 
 def gold_peak_step(summary: dict[str, Any], min_samples: int) -> int | None:
@@ -270,13 +281,7 @@ def real_judge(args: argparse.Namespace, start: Start, url: str, plots: dict[str
         "audit_cost_frac": run["audit_s"] / run["train_s"],
         "audit_s": run["audit_s"],
         "train_s": run["train_s"],
-        "alarm": alarm_of(summary),
-        "audit": {k: summary[k] for k in ("audit_rate", "groups", "audited", "dropped", "auditor_errors")}
-        | {"windows": len(summary["windows"])},
-        "judge_reward_by_step": by_step(summary, "judge_mean"),
-        "gold_by_step": by_step(summary, "gold_mean"),
-        "gain": figures["gain"],
-        "gain_ci95": list(figures["gain_ci95"]),
+        **run_figures(run, figures, ("audit_rate", "groups", "audited", "dropped", "auditor_errors")),
         "_logs": run["logs"],
     }
 
@@ -364,15 +369,8 @@ def oracle(args: argparse.Namespace, start: Start, url: str) -> dict[str, Any]:
     run = audited_run("audit_oracle", start, args, url, [reward])
     after = exact_answers(run["dir"], start.report_rows, start.image_root, **start.evaluate)
     figures = after_figures(start.before, after, args.bootstrap, args.seed)
-    summary = run["summary"]
     return {
-        "alarm": alarm_of(summary),
-        "audit": {k: summary[k] for k in ("audit_rate", "groups", "audited", "dropped")}
-        | {"windows": len(summary["windows"])},
-        "judge_reward_by_step": by_step(summary, "judge_mean"),
-        "gold_by_step": by_step(summary, "gold_mean"),
-        "gain": figures["gain"],
-        "gain_ci95": list(figures["gain_ci95"]),
+        **run_figures(run, figures, ("audit_rate", "groups", "audited", "dropped")),
         "train_s": run["train_s"],
         "_logs": run["logs"],
     }

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "ConfigError",
+    "check_at_least_one",
     "config_from_yaml",
     "config_values",
     "fold_dotted_keys",
@@ -96,6 +97,13 @@ def fold_dotted_keys(values: Mapping[str, Any], nested: Iterable[str]) -> dict[s
             raise ConfigError(f"{key}: {head} is {out[head]!r}, not a mapping to set {rest} in")
         put_dotted(out, key, out.pop(key))
     return out
+
+
+def check_at_least_one(config: Any, names: Iterable[str]) -> None:
+    """A config's `__post_init__` check: each field in `names` is at least 1, else a ValueError naming it."""
+    for name in names:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} ({getattr(config, name)}) must be at least 1")
 
 
 def _renamed(values: dict[str, Any], renamed: Mapping[str, str], where: str) -> dict[str, Any]:

@@ -66,21 +66,7 @@ class ServerAudit:
 
     def reward(self, request: RewardRequest, result: RewardResult, images: Sequence[str] | None) -> None:
         """A judged `/v1/reward` request: its group, with the images as the client sent them (`images`)."""
-
-        def groups() -> list[AuditedGroup]:
-            return [
-                AuditedGroup(
-                    prompt=request.prompt,
-                    completions=list(request.responses),
-                    rewards=list(result.rewards),
-                    reference=request.reference,
-                    images=self._refs(images or []),
-                    reasoning=[v.reasoning for v in result.verdicts],
-                    pairwise=request.mode == "pairwise",
-                )
-            ]
-
-        self._hand_over(groups)
+        self._hand_over(lambda: [self._group(request, request.mode == "pairwise", result, images or [])])
 
     def samples(
         self, refs: Sequence[Sequence[str]], groups: Sequence[RewardGroup], results: Sequence[RewardResult]
@@ -88,21 +74,29 @@ class ServerAudit:
         """A judged `/get_reward` submission: its planned `groups` (indices into the samples, whose image
         references are `refs`) and their results."""
 
-        def audited() -> list[AuditedGroup]:
-            return [
-                AuditedGroup(
-                    prompt=group.prompt,
-                    completions=list(group.responses),
-                    rewards=list(result.rewards),
-                    reference=group.reference,
-                    images=self._refs(refs[group.indices[0]]),
-                    reasoning=[v.reasoning for v in result.verdicts],
-                    pairwise=group.request is not None and group.request.mode == "pairwise",
-                )
+        def pairwise(group: RewardGroup) -> bool:
+            return group.request is not None and group.request.mode == "pairwise"
+
+        self._hand_over(
+            lambda: [
+                self._group(group, pairwise(group), result, refs[group.indices[0]])
                 for group, result in zip(groups, results)
             ]
+        )
 
-        self._hand_over(audited)
+    def _group(
+        self, asked: RewardRequest | RewardGroup, pairwise: bool, result: RewardResult, images: Sequence[str]
+    ) -> AuditedGroup:
+        """One judged group as the audit takes it: `asked` holds its prompt, responses and reference."""
+        return AuditedGroup(
+            prompt=asked.prompt,
+            completions=list(asked.responses),
+            rewards=list(result.rewards),
+            reference=asked.reference,
+            images=self._refs(images),
+            reasoning=[v.reasoning for v in result.verdicts],
+            pairwise=pairwise,
+        )
 
     def _refs(self, images: Sequence[str]) -> list[str]:
         return [audit_ref(ref, self.allow_local_images) if isinstance(ref, str) else ref for ref in images]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from judge.config import fold_dotted_keys
+from judge.config import check_at_least_one, fold_dotted_keys
 from judge.reward.audit.config import AuditConfig
 from judge.reward.wire import API_KEY_ENV  # read when no `--api-key` is given; every reward client sends it
 
@@ -221,9 +221,7 @@ class ServerConfig:
             "max_request_pixels",
             "max_adapters",
         )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        check_at_least_one(self, positive)
         if self.group_size < 1 or self.group_wait_s <= 0:
             raise ValueError(f"need group_size >= 1 ({self.group_size}) and group_wait_s > 0 ({self.group_wait_s})")
         if self.max_wait_ms < 0:

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from judge.config import check_at_least_one
+
 __all__ = ["VisionWarmupConfig", "image_token_features", "token_cells", "token_labels", "warm_up_vision"]
 
 Row = dict[str, Any]
@@ -50,9 +52,7 @@ class VisionWarmupConfig:
     apart (Qwen2.5-VL's vision tower has no absolute position embeddings)."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        check_at_least_one(self, ("steps", "batch_size"))
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate ({self.learning_rate}) must be positive")
 

@@ -25,7 +25,7 @@ from benchmarks.gpu_checks.handoff import part_handoff
 from benchmarks.gpu_checks.long_prompts import part_long_prompts
 from benchmarks.gpu_checks.plans import PARTS, plan_for
 from benchmarks.gpu_checks.record import Record, environment
-from benchmarks.kit import ROOT
+from benchmarks.kit import ROOT, known_names
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,10 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     if args.out is None:
         parser.error("--out is required when $OUT is not set")
-    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = sorted(set(args.parts) - set(PARTS))
-    if unknown:
-        parser.error(f"--parts: unknown {unknown}; choose from {', '.join(PARTS)}")
+    args.parts = known_names(parser, "--parts", args.parts, PARTS)
     return args
 
 

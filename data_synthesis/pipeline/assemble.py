@@ -8,13 +8,11 @@ from typing import Any
 
 from data_synthesis.assemble import AssembleConfig, assemble_items, build_items, plan_labels, summarize_items
 from data_synthesis.image_paths import rebase_row
-from data_synthesis.pipeline.inputs import load_rows
+from data_synthesis.pipeline.inputs import Row, load_rows
 from jobs.executor import BatchFn, Executor
 from jobs.jsonl import write_json_atomic, write_jsonl_atomic
 
 __all__ = ["run_assemble"]
-
-Row = dict[str, Any]
 
 
 def run_assemble(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from data_synthesis.assemble import write_sft_examples
-from data_synthesis.pipeline.inputs import load_rows
+from data_synthesis.pipeline.inputs import Row, load_rows
 from data_synthesis.pipeline.models import for_synthesis, model_for, model_settings
 from data_synthesis.pipeline.options import StageOptions, run_rows, stage_options
 from data_synthesis.sampling import StageSampling, sampling_for
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's own from Python 3.11
 
 __all__ = ["Reasoning", "Rewriting", "run_distill"]
-
-Row = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from data_synthesis.image_paths import rebase
 from data_synthesis.stage_runner import read_stage
 from jobs.jsonl import read_jsonl
 
-__all__ = ["load_rows"]
+__all__ = ["Row", "load_rows"]
 
 Row = dict[str, Any]
+"""One JSONL row of a stage's output (every stage's rows are this)."""
 
 
 def load_rows(input_dir: str | Path, stage: str, out_dir: str | Path) -> list[Row]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data_synthesis.pipeline.inputs import load_rows
+from data_synthesis.pipeline.inputs import Row, load_rows
 from data_synthesis.pipeline.models import for_synthesis, model_for, model_settings, on_model, overrides
 from data_synthesis.pipeline.options import StageOptions, run_rows, stage_options
 from data_synthesis.sampling import StageSampling, sampling_for
@@ -15,8 +15,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's own from Python 3.11
 
 __all__ = ["run_negatives"]
-
-Row = dict[str, Any]
 
 
 def run_negatives(

@@ -7,14 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
+from data_synthesis.pipeline.inputs import Row
 from data_synthesis.pipeline.models import rows_in_flight
 from data_synthesis.stage_runner import WHOLE, Shard, check_failures, run_stage, valid_fraction
 from jobs.executor import Executor
 from judge.backends.spec import ModelSpec
 
 __all__ = ["DEFAULT_MAX_FAILED_FRACTION", "STAGE_DEFAULTS", "StageOptions", "run_rows", "stage_options"]
-
-Row = dict[str, Any]
 
 DEFAULT_MAX_FAILED_FRACTION = 0.05
 """A stage whose failed rows stay at or under this share of its input still succeeds (exit status 0)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from judge.config import ConfigError, config_values
+from judge.config import ConfigError, check_at_least_one, config_values
 from tiny_world.recipe import RENAMED as RECIPE_RENAMED
 from tiny_world.recipe import TinyJudgeRecipe, check_group
 
@@ -86,9 +86,7 @@ class DemoConfig(TinyJudgeRecipe):
             raise ValueError(f"policy_size must be one of {sorted(TINY_SIZES)}, got {self.policy_size!r}")
         positive = ("heldout_n", "untrained_heldout_n", "eval_batch_size", "bon_questions")
         positive += ("policy_per_device_train_batch_size", "policy_heldout", "policy_samples")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        check_at_least_one(self, positive)
         if self.policy_max_steps < 0 or self.policy_sft_max_steps < 1 or self.policy_vision_warmup_steps < 1:
             raise ValueError(
                 "policy_max_steps must be >= 0, policy_sft_max_steps and policy_vision_warmup_steps >= 1 "

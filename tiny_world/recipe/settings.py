@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from judge.config import check_at_least_one
 from tiny_world.recipe.data import check_traces, distill_judge_data, warmup_rows, write_kind_world
 from tiny_world.recipe.trainers import check_group, grpo_config, recipe_judge, sft_config
 
@@ -110,9 +111,7 @@ class TinyJudgeRecipe:
             raise ValueError(f"judge_size must be one of {sorted(TINY_SIZES)}, got {self.judge_size!r}")
         if self.reasoner_style not in REASONER_STYLES:
             raise ValueError(f"reasoner_style must be one of {REASONER_STYLES}, got {self.reasoner_style!r}")
-        for name in ("world_n", "sft_max_steps", "per_device_train_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be at least 1")
+        check_at_least_one(self, ("world_n", "sft_max_steps", "per_device_train_batch_size"))
         if self.judge_max_new_tokens is not None and self.judge_max_new_tokens < 1:
             raise ValueError(f"judge_max_new_tokens ({self.judge_max_new_tokens}) must be at least 1, or null")
         if self.vision_warmup_steps < 0:
