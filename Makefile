@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest-xdist workers for `make test` (tests/conftest.py keeps a module, tests/vllm and tests/frameworks whole)
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint clean vllm-env frameworks-env
+.PHONY: demo test lint clean vllm-env frameworks-env browser
 
 $(STAMP): pyproject.toml constraints/cpu.txt
 	python3 -m venv $(VENV)
@@ -27,9 +27,17 @@ vllm-env:  ## build (once) the separate vLLM venv
 frameworks-env: $(STAMP)  ## build (once) the cached install of verl, OpenRLHF and lmms-eval
 	PYTHON=$(PY) bash scripts/frameworks_env.sh >/dev/null
 
-test: $(STAMP) vllm-env frameworks-env  ## lint, then the whole test suite (vLLM and framework tests must run)
+# Debian's Chromium, which the viewer's browser tests drive through Playwright (a browser build that downloads
+# itself does not run here). Installed with apt where we are root and it is missing; otherwise says how.
+browser:  ## install (once) the browser the viewer's tests open pages in
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; }; } || \
+	  { echo "the viewer's tests need Chromium: sudo apt-get install chromium" >&2; exit 1; }
+
+test: $(STAMP) vllm-env frameworks-env browser  ## lint, then the whole test suite (vLLM, framework and browser tests must run)
 	$(VENV)/bin/ruff check .
-	MRJUDGE_REQUIRE_VLLM=1 MRJUDGE_REQUIRE_FRAMEWORKS=1 $(VENV)/bin/pytest -n $(TEST_WORKERS)
+	MRJUDGE_REQUIRE_VLLM=1 MRJUDGE_REQUIRE_FRAMEWORKS=1 MRJUDGE_REQUIRE_BROWSER=1 $(VENV)/bin/pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

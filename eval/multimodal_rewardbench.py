@@ -50,6 +50,7 @@ __all__ = [
     "OFFICIAL_PROMPT",
     "REFERENCE_ROWS",
     "category_of",
+    "item_from_row",
     "load_multimodal_rewardbench",
     "metric_key",
     "official_predict",
@@ -119,7 +120,9 @@ def metric_key(category: str) -> str:
     return "accuracy_" + re.sub(r"[/\s-]+", "_", category.strip().lower())
 
 
-def _item_from_row(row: Any, where: str) -> PairItem:
+def item_from_row(row: Any, where: str) -> PairItem:
+    """One row as an item, or `DataError` naming the field; the image is not opened here (`image_checked` does
+    that for a run, the viewer shows a missing one as a placeholder)."""
     require_object(row, "give one object per item", where, field_name="row")
     for name in ("ID", "Text", "Image", "Output1", "Output2", "Better", "Category"):
         if row.get(name) is None:
@@ -162,7 +165,7 @@ def load_multimodal_rewardbench(
         loaded = read_json_list(path, str(path), "a JSON list of items (all_data.json)")
         rows = [(f"item {i}", row) for i, row in enumerate(loaded)]
     rows = rows[:limit] if limit is not None else rows
-    parse = image_checked(_item_from_row, path, image_folder)
+    parse = image_checked(item_from_row, path, image_folder)
     items = parse_records(rows, parse, path, max_bad_fraction=max_bad_fraction)
     for item in items:
         item.extra["row_sha256"] = with_image_file(item.extra["row_sha256"], item.image)

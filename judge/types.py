@@ -166,9 +166,17 @@ class Verdict:
     """`{"prompt_tokens", "completion_tokens"}` summed over the calls, so an image's cost can be seen and budgeted
     (a 1600x1200 photo is ~2,450 visual tokens per call at Qwen2.5-VL's stock `max_pixels`); `None` in a
     verdict written before usage was counted."""
+    games: list[dict[str, Any]] | None = None
+    """A verdict made of pairwise games (a knock-out bracket or round robin over more candidates than the judge
+    is shown at once): each game's `round`, its two `players` and `winner` (indices into the candidates, None:
+    unparsed) and each call's `votes` (indices into the candidates), in the order of `raw`. None otherwise, and
+    then left out of `to_dict`, so a plain verdict's record is unchanged."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        if row["games"] is None:
+            del row["games"]
+        return row
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> Verdict:

@@ -6,6 +6,7 @@ mrjudge tiny-model --out runs/tiny-judge
 mrjudge judge --model runs/tiny-judge --input items.jsonl --output verdicts.jsonl
 mrjudge eval vl-rewardbench --model runs/tiny-judge --data test.parquet --out runs/vlrb
 mrjudge adapters --store runs/adapters list
+mrjudge view runs/demo --out demo.html
 """
 
 from __future__ import annotations
@@ -15,9 +16,19 @@ import os
 import sys
 from collections.abc import Sequence
 
-from mrjudge import adapters_cmd, demo, eval_cmd, judge_cmd, serve_cmd, synth_cmd, tiny_model_cmd, train_cmd
+from mrjudge import (
+    adapters_cmd,
+    demo,
+    eval_cmd,
+    judge_cmd,
+    serve_cmd,
+    synth_cmd,
+    tiny_model_cmd,
+    train_cmd,
+    view_cmd,
+)
 
-SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, tiny_model_cmd, serve_cmd, adapters_cmd)
+SUBCOMMANDS = (demo, judge_cmd, synth_cmd, train_cmd, eval_cmd, view_cmd, tiny_model_cmd, serve_cmd, adapters_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -190,7 +190,8 @@ class KnockoutSelector:
 
     What `eval.mmvet.run_mmvet` needs from a judge (`select`, `backend`), for a judge trained on two
     options. The returned verdict's `choice` is the bracket's champion; `consistent` is True when every
-    game's two display orders agreed; `raw` holds every game's outputs; `votes` and `probs` are left empty.
+    game's two display orders agreed; `raw` holds every game's outputs and `games` the bracket (each game's
+    round, players, winner and calls' votes); `votes` and `probs` are left empty.
     """
 
     def __init__(self, judge: Any, max_options: int = 2) -> None:
@@ -220,6 +221,15 @@ class KnockoutSelector:
             scored = [i for i, r in enumerate(result.rewards) if r is not None]  # None: an unparsed game
             champion = max(scored, key=lambda i: (result.rewards[i], -i)) if scored else None
             flags = [v.consistent for v in result.verdicts]
+            games = [
+                {
+                    "round": round_no,
+                    "players": [i, j],
+                    "winner": None if game.choice is None else (i, j)[game.choice],
+                    "votes": [None if v is None else (i, j)[v] for v in game.votes],
+                }
+                for (round_no, i, j), game in zip(result.games, result.verdicts)
+            ]
             verdicts.append(
                 Verdict(
                     id=item.id,
@@ -229,6 +239,7 @@ class KnockoutSelector:
                     votes=[],
                     reasoning="",
                     raw=[text for v in result.verdicts for text in v.raw],
+                    games=games,
                 )
             )
         return verdicts

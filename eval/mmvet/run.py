@@ -45,6 +45,7 @@ def _row(
     scores = [g["score"] for g in grades]
     mean_scores = [sum(run[j]["score"] for run in runs) / len(runs) for j in range(len(candidates))]
     judge_pick = verdict.choice if verdict.choice is not None else 0  # undecided: fall back to "first"
+    bracket = {} if verdict.games is None else {"judge_games": verdict.games}  # a judge that plays pairwise games
     return {
         "id": question.id,
         "question": question.question,
@@ -66,6 +67,7 @@ def _row(
         "judge_probs": verdict.probs,
         "judge_raw": verdict.raw,
         "consistent": verdict.consistent,
+        **bracket,
     }
 
 

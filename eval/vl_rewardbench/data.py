@@ -27,6 +27,7 @@ __all__ = [
     "SOURCES",
     "calpy_key",
     "group_of_source",
+    "item_from_row",
     "load_vl_rewardbench",
     "match_predictions",
     "source_of_id",
@@ -83,7 +84,9 @@ def calpy_key(item_id: str, query: str, responses: Sequence[str]) -> str:
     return item_id + query + "\t".join(sorted(responses))
 
 
-def _item_from_row(row: Any, where: str) -> PairItem:
+def item_from_row(row: Any, where: str) -> PairItem:
+    """One row as an item, or `DataError` naming the field; the image is not opened here (`image_checked` does
+    that for a run, the viewer shows a missing one as a placeholder)."""
     require_object(row, "write one JSON object per line", where, field_name="row")
     for name in ("id", "query", "response", "human_ranking"):
         if row.get(name) is None:
@@ -160,7 +163,7 @@ def load_vl_rewardbench(
     else:
         dataset, hub_revision = _dataset_rows(str(data), split, revision)
         rows = ((f"row {i}", row) for i, row in enumerate(dataset))
-    parse = image_checked(_item_from_row, path, image_folder) if path.is_file() else _item_from_row
+    parse = image_checked(item_from_row, path, image_folder) if path.is_file() else item_from_row
     items = parse_records(
         islice(rows, limit),
         parse,

@@ -82,6 +82,9 @@ class RewardResult:
     rewards: list[float | None]
     verdicts: list[Verdict]
     timing: dict[str, float] = field(default_factory=dict)
+    games: list[tuple[int, int, int]] = field(default_factory=list)
+    """A tournament's games, one per verdict: `(round, i, j)`, the players as indices into the responses
+    (the verdict's choice 0 means `i` won)."""
 
 
 def unscored(verdict: Verdict) -> bool:
@@ -147,6 +150,7 @@ def compute_rewards(judge: Judge, requests: Sequence[RewardRequest], *, max_opti
         for position, original in enumerate(order):
             rewards[original] = result.rewards[position]
         result.rewards = rewards
+        result.games = [(round_no, order[i], order[j]) for round_no, i, j in result.games]
         if request.mode == "listwise":
             result.verdicts = [_unpermute(v, order) for v in result.verdicts]
         elif request.mode == "pairwise":
@@ -171,6 +175,12 @@ def _unpermute(verdict: Verdict, order: list[int]) -> Verdict:
     )
 
 
+def _round_robin_players(item: MCItem) -> tuple[int, int]:
+    """The two players of a round-robin game, from its item id (`…#rr{i}-{j}`)."""
+    i, j = (int(x) for x in item.id.rsplit("#rr", 1)[1].split("-"))
+    return i, j
+
+
 def _judge_requests(judge: Judge, requests: Sequence[RewardRequest], max_options: int) -> list[RewardResult]:
     start = time.perf_counter()
     plans = [_plan(r) for r in requests]
@@ -193,7 +203,7 @@ def _judge_requests(judge: Judge, requests: Sequence[RewardRequest], max_options
             for item, v in zip(plan, got):
                 if unscored(v):  # an unparsed game counts for neither player
                     continue
-                i, j = (int(x) for x in item.id.rsplit("#rr", 1)[1].split("-"))
+                i, j = _round_robin_players(item)
                 games[i] += 1
                 games[j] += 1
                 wins[i if v.choice == 0 else j] += 1.0
@@ -202,6 +212,8 @@ def _judge_requests(judge: Judge, requests: Sequence[RewardRequest], max_options
             rewards = []
             knockouts.append(index)
         results.append(RewardResult(rewards=rewards, verdicts=list(got)))
+        if request.mode == "tournament" and request.tournament == "round_robin":
+            results[-1].games = [(0, *_round_robin_players(item)) for item in plan]
     if knockouts:
         _play_knockouts(judge, [requests[i] for i in knockouts], [results[i] for i in knockouts])
     elapsed = 1000 * (time.perf_counter() - start)
@@ -239,6 +251,7 @@ def _play_knockouts(judge: Judge, requests: Sequence[RewardRequest], results: Se
             survived[r][winner] += 1
             alive[r].append(winner)
             results[r].verdicts.append(verdict)
+            results[r].games.append((round_no, i, j))
         round_no += 1
     for r, result in enumerate(results):
         result.rewards = [None if i in lost[r] else s / rounds[r] for i, s in enumerate(survived[r])]

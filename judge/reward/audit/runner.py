@@ -213,7 +213,7 @@ class RewardAudit:
         even = 0.5 if group.pairwise else 1 / max(1, group.group_size or len(group.completions))
         scored = [Scored(r, g, even) for r, g in zip(group.rewards, gold)]
         try:
-            self._write(step, window, group, gold)
+            self._write(step, window, group, gold, even)
         except OSError as exc:  # a full disk costs the file its lines, not the worker its life
             with self._lock:
                 self.counts["write_errors"] += 1
@@ -229,7 +229,7 @@ class RewardAudit:
             steps.append(step)
             samples.extend(scored)
 
-    def _write(self, step: int, window: int, group: AuditedGroup, gold: list[float | None]) -> None:
+    def _write(self, step: int, window: int, group: AuditedGroup, gold: list[float | None], even: float) -> None:
         if self.path is None:
             return
         images = [_image_ref(ref) for ref in group.images]
@@ -242,6 +242,7 @@ class RewardAudit:
                     "images": images,
                     "completion": completion,
                     "reward": reward,
+                    "even": even,
                     "gold": g,
                     "reference": group.reference,
                     "reasoning": group.reasoning,
