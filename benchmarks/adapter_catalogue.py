@@ -38,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -71,9 +73,65 @@ def adapter_bytes(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) 
     return save({k: (rng.standard_normal(s) * 0.01).astype(np.float32) for k, s in shapes.items()})
 
 
+SAVE_PHASES = ("file_fsync", "folder_fsync", "folder_ops", "index_txn", "other")
+"""Where a save's time goes: fsyncs of its three files, of the revisions folder, making and renaming its
+staging folder, the index transaction (with its commit), and the rest (hashing, JSON, reading the row back)."""
+
+
+@contextmanager
+def timed_save_phases(store) -> Iterator[dict[str, float]]:
+    """Time the store's own calls during the block, by phase (`SAVE_PHASES`), into the yielded dict (ms).
+
+    The store's module-level `os.fsync`, `fsync_path`, `tempfile.mkdtemp`, `os.rename` and the catalogue's
+    `write` are wrapped for the block only; what a save does is unchanged, only counted."""
+    import adapter_revisions.store as store_module
+
+    spent = dict.fromkeys(SAVE_PHASES, 0.0)
+    inside: list[str] = []  # the phase being timed: `fsync_path` calls `os.fsync`, counted once, as the folder's
+
+    def timed(phase: str, function):
+        def call(*args, **kwargs):
+            if inside:
+                return function(*args, **kwargs)
+            inside.append(phase)
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[phase] += 1000 * (time.perf_counter() - start)
+                inside.pop()
+
+        return call
+
+    @contextmanager
+    def timed_write():
+        start = time.perf_counter()
+        with original_write() as conn:
+            yield conn
+        spent["index_txn"] += 1000 * (time.perf_counter() - start)
+
+    original_write = store.catalogue.write
+    patches = [
+        (store_module.os, "fsync", timed("file_fsync", os.fsync)),
+        (store_module, "fsync_path", timed("folder_fsync", store_module.fsync_path)),
+        (store_module.tempfile, "mkdtemp", timed("folder_ops", tempfile.mkdtemp)),
+        (store_module.os, "rename", timed("folder_ops", os.rename)),
+        (store.catalogue, "write", timed_write),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, wrapper in patches:
+        setattr(owner, name, wrapper)
+    try:
+        yield spent
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
 def probe(store, refs: list[str], policies: list[str], shapes, config, fingerprint, n: int, rng) -> dict:
-    """p99 (and p50) of resolves, single saves and index writes on the store as it is now."""
+    """p99 (and p50) of resolves, single saves (and each phase of them) and index writes on the store as it is."""
     resolve_ms, save_ms, index_ms = [], [], []
+    phases: dict[str, list[float]] = {phase: [] for phase in SAVE_PHASES}
     for i in range(n):
         ref = refs[rng.integers(len(refs))]
         policy, _, rid = ref.partition("@")
@@ -81,12 +139,16 @@ def probe(store, refs: list[str], policies: list[str], shapes, config, fingerpri
         start = time.perf_counter()
         store.resolve(f"{policy}@{name}")
         resolve_ms.append(1000 * (time.perf_counter() - start))
-    for i in range(max(10, n // 20)):
+    for i in range(max(10, n // 5)):
         policy = policies[i % len(policies)]
         weights = adapter_bytes(shapes, rng)
-        start = time.perf_counter()
-        revision = store.add_files(policy, weights, config, base_fingerprint=fingerprint)
-        save_ms.append(1000 * (time.perf_counter() - start))
+        with timed_save_phases(store) as spent:
+            start = time.perf_counter()
+            revision = store.add_files(policy, weights, config, base_fingerprint=fingerprint)
+            save_ms.append(1000 * (time.perf_counter() - start))
+        spent["other"] = save_ms[-1] - sum(spent.values())
+        for phase, ms in spent.items():
+            phases[phase].append(ms)
         start = time.perf_counter()
         store.promote(revision.ref, "bench")
         index_ms.append(1000 * (time.perf_counter() - start))
@@ -96,7 +158,18 @@ def probe(store, refs: list[str], policies: list[str], shapes, config, fingerpri
         "save_p99_ms": percentile(save_ms, 0.99),
         "save_p50_ms": percentile(save_ms, 0.5),
         "index_write_p99_ms": percentile(index_ms, 0.99),
+        "save_phases_ms": {
+            phase: {"p50": percentile(values, 0.5), "p99": percentile(values, 0.99), "max": max(values)}
+            for phase, values in phases.items()
+        },
+        "slowest_save_ms": _slowest(save_ms, phases),
     }
+
+
+def _slowest(save_ms: list[float], phases: dict[str, list[float]]) -> dict[str, float]:
+    """The slowest save of the probe, by phase: what a tail save waited on."""
+    worst = max(range(len(save_ms)), key=save_ms.__getitem__)
+    return {"total": save_ms[worst], **{phase: values[worst] for phase, values in phases.items()}}
 
 
 def register(store, policies, shapes, config, fingerprint, total: int, chunk: int, rng, on_first_chunk) -> tuple:
@@ -232,7 +305,7 @@ def main() -> None:
     parser.add_argument("--revisions", type=int, default=100_000)
     parser.add_argument("--policies", type=int, default=10)
     parser.add_argument("--chunk", type=int, default=1000, help="revisions per add_many call (and the 'start' N)")
-    parser.add_argument("--probes", type=int, default=2000, help="resolves per probe (saves: a twentieth)")
+    parser.add_argument("--probes", type=int, default=2000, help="resolves per probe (saves: a fifth)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per serving phase")
     parser.add_argument("--clients", type=int, default=2, help="resident clients (and as many other clients)")
     parser.add_argument("--hot", type=int, default=4, help="adapters the resident clients ask for")
@@ -284,6 +357,8 @@ def main() -> None:
             "save_p99_ms": pair("save_p99_ms"),
             "save_p50_ms": pair("save_p50_ms"),
             "index_write_p99_ms": pair("index_write_p99_ms"),
+            "save_phases_ms": {"start": probes["start"]["save_phases_ms"], "end": probes["end"]["save_phases_ms"]},
+            "slowest_save_ms": {"start": probes["start"]["slowest_save_ms"], "end": probes["end"]["slowest_save_ms"]},
         }
         if not args.skip_serving:
             result.update(serve_phase(base_dir, store.root, refs, args))

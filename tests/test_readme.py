@@ -37,6 +37,7 @@ RUN: list[str] = [
     r"mrjudge train (sft|grpo|policy) +--help-fields",
     r"mrjudge eval vl-rewardbench --data test\.parquet --predictions preds\.jsonl --out [\w./-]+",
     r"mrjudge adapters --store [\w./-]+ list",
+    r"mrjudge view preds\.jsonl --data test\.parquet --out [\w./-]+\.html",  # the predictions scored above, as a page
 ]
 """Commands CI runs (regular expressions over the command with `.venv/bin/` dropped)."""
 
@@ -84,6 +85,7 @@ SKIP: list[tuple[str, str]] = [
     (r"mrjudge eval .*", "needs a trained judge and the benchmark's data (VL-RewardBench, MM-Vet, MMRB)"),
     (r"mrjudge adapters --store \S+ (promote|rollback|gc|show|import) .*", "needs revisions from a LoRA run"),
     (r"mrjudge judge .*", "needs a trained judge or a model server"),
+    (r"mrjudge view runs/demo\b.*", "needs the demo's runs (make demo); tests/eval/view makes a page of every kind"),
     (r"(python|\.venv/bin/python) benchmarks/\w+\.py.*", "benchmarks take minutes and print measurements"),
 ]
 """Commands CI does not run, and why."""
@@ -234,6 +236,9 @@ def test_readme_commands_run(tmp_path):
         if command.startswith("mrjudge judge "):
             output = tmp_path / command.split("--output ")[1].split()[0]
             assert len(output.read_text().splitlines()) == 2, command
+        if command.startswith("mrjudge view "):
+            page = (tmp_path / command.split("--out ")[1].split()[0]).read_text()
+            assert "mr-judge view" in page and "RLAIF-V_1" in page, command
         if command.startswith("mrjudge eval vl-rewardbench") and "--predictions" in command:
             metrics = json.loads((tmp_path / command.split("--out ")[1].split()[0] / "metrics.json").read_text())
             assert metrics["n"] == 3 and metrics["overall_accuracy"] == pytest.approx(2 / 3)

@@ -108,15 +108,18 @@ def _benchmark_module(name: str) -> Any:
     return data
 
 
-def _benchmark_of(run_dir: Path, metrics: Mapping[str, Any]) -> str:
-    recorded = _settings(run_dir / "predictions.jsonl").get("benchmark")
+def _benchmark_of(predictions: Path, metrics: Mapping[str, Any], data: Path | None) -> str:
+    """Which benchmark: as the run recorded it, else as its metrics or its data file read."""
+    recorded = _settings(predictions).get("benchmark")
     if recorded in ("vl_rewardbench", "multimodal_rewardbench"):
         return recorded
-    return (
-        "vl_rewardbench"
-        if "accuracy_hallucination" in metrics or "macro_accuracy" in metrics
-        else ("multimodal_rewardbench")
-    )
+    if metrics:
+        vlrb = "accuracy_hallucination" in metrics or "macro_accuracy" in metrics
+        return "vl_rewardbench" if vlrb else "multimodal_rewardbench"
+    if data is not None and data.suffix in (".jsonl", ".json"):  # a user's predictions file beside no metrics
+        first = next((row for _, row in _data_rows(data) if isinstance(row, dict)), {})
+        return "multimodal_rewardbench" if "Better" in first else "vl_rewardbench"
+    return "vl_rewardbench"  # the hub's Parquet
 
 
 def _data_rows(data: Path) -> Iterable[tuple[str, Any]]:
@@ -126,13 +129,18 @@ def _data_rows(data: Path) -> Iterable[tuple[str, Any]]:
     elif data.suffix == ".json":
         yield from ((f"item {i}", row) for i, row in enumerate(read_json_list(data, str(data), "a JSON list of items")))
     else:
-        raise ViewError(f"{data}: the viewer reads a benchmark's .jsonl or .json file; give a local copy as --data")
+        raise ViewError(f"{data}: this benchmark's file is read as .jsonl or .json; give one as --data")
 
 
 def _pair_items(data: Path, benchmark: str, section: Section) -> dict[str, tuple[Any, dict[str, Any]]]:
     """The benchmark's items by id, with each row's own extra columns (a flaw type, a kind)."""
     module = _benchmark_module(benchmark)
     items: dict[str, tuple[Any, dict[str, Any]]] = {}
+    if data.suffix not in (".jsonl", ".json") and benchmark == "vl_rewardbench":  # the hub's Parquet: its loader
+        loaded = module.load_vl_rewardbench(data, max_bad_fraction=1.0)
+        for problem in loaded.skipped:
+            section.skip(data.name, str(problem))
+        return {item.id: (item, {}) for item in loaded}
     counts: dict[str, int] = defaultdict(int)
     for where, row in _data_rows(data):
         try:
@@ -148,23 +156,27 @@ def _pair_items(data: Path, benchmark: str, section: Section) -> dict[str, tuple
 
 
 def read_pairwise(
-    run_dir: Path, thumbs: Thumbnails, *, data: Path | None = None, image_folder: Path | None = None
+    predictions_path: Path, thumbs: Thumbnails, *, data: Path | None = None, image_folder: Path | None = None
 ) -> Section:
-    """An evaluation folder (`predictions.jsonl`, `metrics.json`) with its benchmark file: the file named in
-    `metrics.json`'s `data_source`, or `data`."""
+    """An evaluation's `predictions.jsonl` (or a user's `{"id", "pred"}` file) with its benchmark file: `data`,
+    or the file named in the `metrics.json` beside it (`data_source`)."""
+    run_dir = predictions_path.parent
     metrics = _metrics(run_dir)
-    benchmark = _benchmark_of(run_dir, metrics)
-    section = Section(name=run_dir.name, kind="judge", source=str(run_dir), rows=[], benchmark=benchmark)
-    source = data or (Path(metrics["data_source"]) if metrics.get("data_source") else None)
+    named = Path(metrics["data_source"]) if metrics.get("data_source") else None
+    source = data or named
     if source is None or not source.is_file():
-        said = f" ({metrics['data_source']} is not a file here)" if metrics.get("data_source") else ""
+        said = f" ({named} is not a file here)" if named is not None else ""
         raise ViewError(
-            f"{run_dir}: its predictions name no benchmark file this machine has{said}; "
-            "give the benchmark's .jsonl or .json as --data (and --image-folder if its images are elsewhere)"
+            f"{predictions_path}: no benchmark file this machine has goes with these predictions{said}; give the "
+            "benchmark's file as --data (.jsonl, .json or VL-RewardBench's Parquet; --image-folder if its images "
+            "are elsewhere)"
         )
+    benchmark = _benchmark_of(predictions_path, metrics, source)
+    name = run_dir.name if predictions_path.name == "predictions.jsonl" else predictions_path.stem
+    section = Section(name=name, kind="judge", source=str(run_dir), rows=[], benchmark=benchmark)
     items = _pair_items(source, benchmark, section)
-    predictions = _json_rows(run_dir / "predictions.jsonl", section, ("id", "pred"))
-    config = judge_config_of(_settings(run_dir / "predictions.jsonl"))
+    predictions = _json_rows(predictions_path, section, ("id", "pred"))
+    config = judge_config_of(_settings(predictions_path))
     base = image_folder or source.parent
     for row in predictions:
         found = items.get(str(row["id"]))
@@ -192,7 +204,7 @@ def read_pairwise(
                 flaw=str(data_row.get("flaw") or data_row.get("flaw_type") or ""),
             )
         )
-    _none_read(section, run_dir / "predictions.jsonl", "a prediction of an item in " + str(source))
+    _none_read(section, predictions_path, "a prediction of an item in " + str(source))
     return section
 
 

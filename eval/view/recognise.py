@@ -42,7 +42,7 @@ def _kind_of_file(path: Path) -> str:
         return "audit"
     if "picks" in row and "candidates" in row:
         return "bestofn"
-    if "preferred" in row and "pred" in row:
+    if "pred" in row and "id" in row:  # an evaluation's predictions, or a user's {"id", "pred"} file
         return "pairwise"
     if "choice" in row and "votes" in row:
         return "verdicts"
@@ -58,10 +58,9 @@ def _read_run(path: Path, kind: str, thumbs: Thumbnails, options: dict[str, Any]
         return read_audit(path, thumbs)
     if kind == "verdicts":
         return read_verdicts(path, thumbs, items=options.get("items"))
-    folder = path if path.is_dir() else path.parent
     if kind == "bestofn":
-        return read_bestofn(folder, thumbs, data=options.get("data"))
-    return read_pairwise(folder, thumbs, data=options.get("data"), image_folder=options.get("image_folder"))
+        return read_bestofn(path.parent, thumbs, data=options.get("data"))
+    return read_pairwise(path, thumbs, data=options.get("data"), image_folder=options.get("image_folder"))
 
 
 def runs_in(folder: Path) -> list[tuple[Path, str]]:
@@ -97,6 +96,11 @@ def read_path(path: Path, thumbs: Thumbnails, **options: Any) -> list[Section]:
         if (path / name).is_file():
             return [_read_run(path / name, _kind_of_file(path / name), thumbs, options)]
     runs = runs_in(path)
+    if not runs and (path / "metrics.json").is_file():
+        raise ViewError(
+            f"{path}: an evaluation scored from a predictions file keeps no predictions of its own; view that "
+            "file: `mrjudge view PREDICTIONS.jsonl --data BENCHMARK_FILE`"
+        )
     if not runs:
         raise ViewError(f"{path}: no run in this folder; expected {EXPECTED}")
     sections: list[Section] = []

@@ -242,9 +242,26 @@ def test_inputs_of_no_known_kind_are_refused_naming_what_was_expected(tmp_path, 
     metrics = json.loads((moved / "metrics.json").read_text())
     metrics["data_source"] = str(tmp_path / "gone.jsonl")
     (moved / "metrics.json").write_text(json.dumps(metrics))
-    with pytest.raises(ViewError, match="give the benchmark's .jsonl or .json as --data"):
+    with pytest.raises(ViewError, match=r"gone\.jsonl is not a file here\); give the benchmark's file as --data"):
         build_page([moved])
     assert len(build_page([moved], data=runs["a"].parent / "data-a/vlrb.jsonl").sections[0].rows) == 8
+
+
+def test_a_users_predictions_file_is_read_with_the_benchmark_file(runs, tmp_path):
+    """`mrjudge eval --predictions` keeps no predictions of its own: the user's `{"id", "pred"}` file is viewed."""
+    rows = [json.loads(line) for line in (runs["a"] / "predictions.jsonl").read_text().splitlines()]
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(json.dumps({"id": r["id"], "pred": r["pred"]}) + "\n" for r in rows))
+    with pytest.raises(ViewError, match="give the benchmark's file as --data"):
+        build_page([preds])
+    (section,) = build_page([preds], data=runs["a"].parent / "data-a/vlrb.jsonl").sections
+    assert section.name == "preds" and [r["calls"] for r in section.rows] == [[]] * 8
+    expected = ["undecided" if r["pred"] is None else "right" if r["pred"] == r["preferred"] else "wrong" for r in rows]
+    assert [r["status"] for r in section.rows] == expected and expected.count("undecided") == 1
+    (tmp_path / "scored").mkdir()
+    (tmp_path / "scored/metrics.json").write_text("{}")
+    with pytest.raises(ViewError, match="view that file: `mrjudge view PREDICTIONS.jsonl --data BENCHMARK_FILE`"):
+        build_page([tmp_path / "scored"])
 
 
 def test_the_command_writes_one_page_and_reports_errors_in_one_line(runs, tmp_path, capsys):
