@@ -31,8 +31,8 @@ frameworks-env: $(STAMP)  ## build (once) the cached install of verl, OpenRLHF a
 # itself does not run here). Installed with apt where we are root and it is missing; otherwise says how.
 browser:  ## install (once) the browser the viewer's tests open pages in
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  { apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
-	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; }; } || \
+	  { apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; }; }; } || \
 	  { echo "the viewer's tests need Chromium: sudo apt-get install chromium" >&2; exit 1; }
 
 test: $(STAMP) vllm-env frameworks-env browser  ## lint, then the whole test suite (vLLM, framework and browser tests must run)

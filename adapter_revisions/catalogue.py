@@ -37,6 +37,11 @@ BUSY_TIMEOUT_MS = 60_000
 """How long a writer waits for another writer's transaction before giving up."""
 CHECKPOINT_EVERY = 32
 """Write transactions between two background checkpoints of the WAL (a few hundred pages)."""
+CHECKPOINT_ROWS = 1_000
+"""Rows changed between two background checkpoints, whichever comes first (an `add_many` chunk is one
+transaction of a thousand rows: counted by transactions alone, the WAL grew to 250 MB at 10⁶)."""
+WAL_SIZE_LIMIT = 64 * 2**20
+"""What a checkpointed WAL file is cut back to (`journal_size_limit`): it is reused, not grown forever."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS policies (policy TEXT PRIMARY KEY) WITHOUT ROWID;
@@ -98,6 +103,7 @@ class Catalogue:
         # No checkpoint inside a commit: SQLite's automatic one (every 1,000 WAL pages) made the save that
         # crossed the line wait 5-6 ms on copying pages and fsyncs. `write` asks the background one instead.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         self._local.conn = (os.getpid(), conn)
         return conn
 
@@ -177,7 +183,9 @@ class Catalogue:
             raise
         conn.execute("COMMIT")
         self._writes += 1
-        if self._writes % CHECKPOINT_EVERY == 0:
+        changed = conn.total_changes - getattr(self._local, "changes_mark", 0)  # this thread's connection
+        if self._writes >= CHECKPOINT_EVERY or changed >= CHECKPOINT_ROWS:
+            self._writes, self._local.changes_mark = 0, conn.total_changes
             CHECKPOINTER.request(self.path)
 
     def read(self) -> sqlite3.Connection | None:
@@ -343,6 +351,7 @@ class _Checkpointer:
                 try:
                     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
                     try:
+                        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
                         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                     finally:
                         conn.close()

@@ -296,3 +296,18 @@ def test_the_wal_is_folded_in_by_the_background_checkpoint_not_by_a_save(tmp_pat
     shutil.copyfile(tmp_path / "store" / CATALOGUE, alone)  # the index file without its WAL
     count = sqlite3.connect(alone).execute("SELECT count(*) FROM revisions").fetchone()[0]
     assert count == catalogue_module.CHECKPOINT_EVERY * 2  # every commit up to the last request is in the file
+
+
+def test_a_bulk_registration_is_checkpointed_by_the_rows_it_changed(tmp_path):
+    """One `add_many` transaction of more than CHECKPOINT_ROWS rows asks for a checkpoint by itself (counted by
+    transactions alone, a 10⁶ import left a 250 MB WAL behind)."""
+    import shutil
+    import sqlite3
+
+    store = AdapterStore(tmp_path / "store")
+    n = catalogue_module.CHECKPOINT_ROWS + 10
+    store.add_many("p", [(f"bulk {i}".encode(), CONFIG) for i in range(n)], base_fingerprint=FINGERPRINT)
+    assert catalogue_module.CHECKPOINTER.wait_idle()
+    alone = tmp_path / "alone.sqlite"
+    shutil.copyfile(tmp_path / "store" / CATALOGUE, alone)
+    assert sqlite3.connect(alone).execute("SELECT count(*) FROM revisions").fetchone()[0] == n
