@@ -376,8 +376,9 @@ def main() -> None:
         result["goals"] = goals
         result["machine"] = f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}"
         emit(result)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    finally:  # `rm -rf` where there is one: Python's rmtree takes minutes over 4·10⁶ files at N = 10⁶
+        if shutil.which("rm") is None or subprocess.run(["rm", "-rf", str(work)], check=False).returncode != 0:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
