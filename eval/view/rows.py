@@ -64,17 +64,21 @@ def call_rows(
         order = orders[i] if orders is not None else None
         if order is None and k == 2 and found is not None and vote is not None:
             order = [vote, 1 - vote] if found.index == 0 else [1 - vote, vote]
-        calls.append(
-            {
-                "order": order,
-                "think": extract_reasoning(text),
-                "letter": found.label if found is not None else None,
-                "slot": found.index if found is not None else None,
-                "pick": vote,
-                "raw": text if isinstance(text, str) else "",
-            }
-        )
+        calls.append(_call(text, found, vote, order))
     return calls
+
+
+def _call(text: Any, found: Any, vote: int | None, order: list[int] | None, **extra: Any) -> dict[str, Any]:
+    """One call as the page shows it: the order it showed, its reasoning, the letter it wrote and its pick."""
+    return {
+        "order": order,
+        "think": extract_reasoning(text),
+        "letter": found.label if found is not None else None,
+        "slot": found.index if found is not None else None,
+        "pick": vote,
+        "raw": text if isinstance(text, str) else "",
+        **extra,
+    }
 
 
 def game_calls(games: Sequence[Mapping[str, Any]], raw: Sequence[Any]) -> list[dict[str, Any]]:
@@ -91,17 +95,7 @@ def game_calls(games: Sequence[Mapping[str, Any]], raw: Sequence[Any]) -> list[d
             if found is not None and vote in players and len(players) == 2:
                 other = players[1 - players.index(vote)]
                 order = [vote, other] if found.index == 0 else [other, vote]
-            calls.append(
-                {
-                    "order": order,
-                    "think": extract_reasoning(text),
-                    "letter": found.label if found is not None else None,
-                    "slot": found.index if found is not None else None,
-                    "pick": vote,
-                    "raw": text if isinstance(text, str) else "",
-                    "game": number,
-                }
-            )
+            calls.append(_call(text, found, vote, order, game=number))
     return calls
 
 
