@@ -349,7 +349,9 @@ class _Checkpointer:
                 paths, self._pending, self._busy = list(self._pending), set(), True
             for path in paths:
                 try:
-                    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+                    # mode=rw: a store deleted meanwhile must not come back as an empty index file
+                    uri = f"{path.resolve().as_uri()}?mode=rw"
+                    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
                     try:
                         conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
                         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
