@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kit import known_names
+from benchmarks.kit import add_names_flag, known_names
 from benchmarks.policy_start import (
     Start,
     add_policy_args,
@@ -81,9 +81,7 @@ DEFAULT_ARMS = ARMS[:4]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/judge_as_reward"))
-    parser.add_argument(
-        "--arms", default=",".join(DEFAULT_ARMS), help=f"arms to run, comma-separated ({', '.join(ARMS)})"
-    )
+    add_names_flag(parser, "--arms", ARMS, DEFAULT_ARMS)
     add_policy_args(parser, max_steps=200, max_steps_help="GRPO steps per arm (600 on dev: oracle +0.086)")
     parser.add_argument(
         "--refresh-steps",

@@ -35,6 +35,7 @@ from judge.loopback import ServerNotReady, answers, free_port, wait_until_ready
 __all__ = [
     "ROOT",
     "ServerNotReady",
+    "add_names_flag",
     "answers",
     "cpu_seconds",
     "emit",
@@ -207,6 +208,18 @@ def cpu_seconds(pid: int | None = None, thread: int | None = None) -> float:
 
 
 # -- flags ---------------------------------------------------------------------------------------------------------
+
+
+def add_names_flag(
+    parser: argparse.ArgumentParser, flag: str, known: Sequence[str], default: Sequence[str] | None = None
+) -> None:
+    """A comma-separated flag naming which of `known` to run (`--arms`, `--scenarios`), all of them unless
+    `default` says otherwise; `known_names` reads it back."""
+    parser.add_argument(
+        flag,
+        default=",".join(known if default is None else default),
+        help=f"{flag[2:]} to run, comma-separated ({', '.join(known)})",
+    )
 
 
 def known_names(parser: argparse.ArgumentParser, flag: str, value: str, known: Sequence[str]) -> list[str]:

@@ -102,7 +102,7 @@ from typing import Any
 
 from benchmarks.audited_rewards import AuditedOracleReward, LengthBonusReward
 from benchmarks.judge_as_reward import after_figures, agreement, train_arm
-from benchmarks.kit import emit, known_names, rounded
+from benchmarks.kit import add_names_flag, emit, known_names, rounded
 from benchmarks.policy_start import (
     Start,
     add_policy_args,
@@ -126,9 +126,7 @@ ALARM_WITHIN = 0.2
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/reward_audit"))
-    parser.add_argument(
-        "--scenarios", default=",".join(SCENARIOS), help=f"scenarios to run, comma-separated ({', '.join(SCENARIOS)})"
-    )
+    add_names_flag(parser, "--scenarios", SCENARIOS)
     add_policy_args(parser, max_steps=80, max_steps_help="GRPO steps per run")
     parser.add_argument("--agreement-questions", type=int, default=64, help="questions whose samples the judge scores")
     parser.add_argument("--seed", type=int, default=0, help="GRPO seed of the judge and oracle runs; sampling seed")

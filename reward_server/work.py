@@ -1,4 +1,4 @@
-"""The work the batcher runs: judge items and reward requests, run per adapter in one batch on one thread.
+"""The work the batcher runs: judge items and reward requests, run per adapter, one generation per round.
 
 A route's work is a `JudgeWork` (MC items for `Judge.select`) or a `RewardWork` (requests for
 `compute_rewards`); `make_run_batch` gives the batcher the function that runs a merged batch of them, with
@@ -21,6 +21,7 @@ from judge.reward.planner import plan_cost
 from judge.reward.scoring import RewardRequest, RewardResult, compute_rewards
 from judge.types import MCItem, Verdict
 from reward_server.batching import BatchStopped
+from reward_server.merged_calls import run_merged
 from reward_server.wire_images import PendingImage, decode_pending
 
 __all__ = ["JudgeWork", "RewardWork", "decode_images", "make_run_batch", "pending_pixels", "plan_items"]
@@ -72,15 +73,14 @@ class _StoppableBackend:
 
 def stoppable(judge: Judge, stop: threading.Event) -> Judge:
     """`judge` with its backend behind `stop` (a shallow copy: config, adapter and weights are shared)."""
-    guarded = copy.copy(judge)
-    guarded.backend = _StoppableBackend(judge.backend, stop)
-    return guarded
+    return with_backend(judge, _StoppableBackend(judge.backend, stop))
 
 
 def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = None):
     """The batcher's `run_batch`: per adapter, all reward requests of a batch in one `compute_rewards` and
-    all items in one `select` (the engine batches each call to the backend). Adapters a batch needs are
-    loaded here, on the worker thread, so loading never races a generation."""
+    all items in one `select`, the adapters' backend calls merged into one generation each round
+    (`run_merged`), so a batch over several revisions costs about what a batch over one does. Adapters a batch
+    needs are loaded first, on the worker thread, so loading never races a generation."""
 
     def run_batch(
         payloads: list[JudgeWork | RewardWork], stop: threading.Event | None = None
@@ -89,14 +89,22 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
         groups: dict[str | None, list[int]] = {}
         for index, payload in enumerate(payloads):
             groups.setdefault(payload.adapter.ref if payload.adapter else None, []).append(index)
-        out: list[Any] = [None] * len(payloads)
+        judges = []
         for indices in groups.values():
             adapter = payloads[indices[0]].adapter
-            if adapter is not None and pool is not None:
-                adapter_judge = base.with_adapter(pool.ensure_loaded(adapter))
-            else:
-                adapter_judge = base
-            for index, result in zip(indices, run_group(adapter_judge, [payloads[i] for i in indices])):
+            loaded = adapter is not None and pool is not None
+            judges.append(base.with_adapter(pool.ensure_loaded(adapter)) if loaded else base)
+
+        def group_work(adapter_judge: Judge, indices: list[int]):
+            def work(backend: Any) -> list[Any]:
+                return run_group(with_backend(adapter_judge, backend), [payloads[i] for i in indices])
+
+            return work
+
+        work = [group_work(j, indices) for j, indices in zip(judges, groups.values())]
+        out: list[Any] = [None] * len(payloads)
+        for indices, results in zip(groups.values(), run_merged(work, base.backend)):
+            for index, result in zip(indices, results):
                 out[index] = result
         return out
 
@@ -114,6 +122,15 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
         return out
 
     return run_batch
+
+
+def with_backend(judge: Judge, backend: Any) -> Judge:
+    """`judge` calling `backend` (a shallow copy: config and adapter are shared)."""
+    if backend is judge.backend:
+        return judge
+    other = copy.copy(judge)
+    other.backend = backend
+    return other
 
 
 def pending_pixels(work: JudgeWork | RewardWork) -> int:

@@ -21,6 +21,8 @@ __all__ = ["TransformersBackend"]
 
 _LABEL_CHARS = set(string.ascii_uppercase + "123456789")
 _MAX_HEAD = 3  # at most this many non-alphanumeric characters glued before a label in one token
+_VISION_PARTS = {"visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder"}
+"""Module names of VLMs' vision towers (Qwen-VL's `visual`, LLaVA's `vision_tower`, …)."""
 
 
 def _label_token_ids(tokenizer: Any) -> tuple[list[int], list[str]]:
@@ -90,6 +92,7 @@ class TransformersBackend:
         self._slots: dict[str, str] = {name: name for name in getattr(self.loaded.model, "peft_config", {}) or {}}
         self._free_slots: list[str] = []
         self._next_slot = 0
+        self._mixable: dict[str, bool] = {}  # slot -> whether its rows can share a batch (`mixes`)
 
     @property
     def tokenizer(self) -> Any:
@@ -105,17 +108,30 @@ class TransformersBackend:
         return self._label_ids, self._label_pieces
 
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        """Batches of up to `max_batch_size` requests; requests under different adapters share a batch where
+        PEFT can mix them (`mixes`), else each adapter's requests run as batches of their own."""
+        adapters = {request.adapter for request in requests}
+        if len(adapters) > 1 and self.mixes(adapters):
+            return self._in_batches(list(requests), params, adapter_names=[self._row_adapter(r) for r in requests])
         out: list[Generation | None] = [None] * len(requests)
         by_adapter: dict[str | None, list[int]] = {}
         for index, request in enumerate(requests):
             by_adapter.setdefault(request.adapter, []).append(index)
         for adapter, indices in by_adapter.items():
             with self.using_adapter(adapter):
-                for start in range(0, len(indices), self.max_batch_size):
-                    chunk = indices[start : start + self.max_batch_size]
-                    for index, generation in zip(chunk, self._generate_batch([requests[i] for i in chunk], params)):
-                        out[index] = generation
+                for index, generation in zip(indices, self._in_batches([requests[i] for i in indices], params)):
+                    out[index] = generation
         return [g for g in out if g is not None]
+
+    def _in_batches(
+        self, requests: list[ChatRequest], params: SamplingParams, adapter_names: list[str] | None = None
+    ) -> list[Generation]:
+        out: list[Generation] = []
+        for start in range(0, len(requests), self.max_batch_size):
+            end = start + self.max_batch_size
+            names = adapter_names[start:end] if adapter_names is not None else None
+            out.extend(self._generate_batch(requests[start:end], params, adapter_names=names))
+        return out
 
     # -- LoRA adapters over the resident base (PEFT) ----------------------------------------------------------
     #
@@ -172,6 +188,7 @@ class TransformersBackend:
                 )
             except Exception:  # an incompatible (or half-swapped) slot is dropped, not reused
                 model.delete_adapter(slot)
+                self._mixable.pop(slot, None)
                 continue
             self._slots[name] = slot
             return
@@ -194,6 +211,36 @@ class TransformersBackend:
         if name not in self._slots:
             raise ValueError(f"no adapter named {name!r} is loaded (loaded: {self.adapters})")
         self._free_slots.append(self._slots.pop(name))
+
+    def mixes(self, names: set[str | None]) -> bool:
+        """Whether one batch can hold rows under all of `names` (None: the bare base): PEFT's mixed-batch LoRA
+        (`adapter_names=` in `generate`) applies each row's adapter to that row only. Not where an adapter has
+        layers in the vision tower, whose inputs are image patches, not rows, or is not plain LoRA."""
+        slots = {self._slots[name] for name in names if name is not None and name in self._slots}
+        if len(slots) < len({name for name in names if name is not None}):
+            return False  # an unknown name: the per-adapter path raises the error that names it
+        return all(self._slot_mixes(slot) for slot in slots)
+
+    def _slot_mixes(self, slot: str) -> bool:
+        if slot not in self._mixable:
+            from peft.tuners.lora import LoraLayer
+            from peft.utils.peft_types import PeftType
+
+            model = self.loaded.model
+            layers = [
+                name
+                for name, module in model.named_modules()
+                if isinstance(module, LoraLayer) and slot in module.lora_A
+            ]
+            self._mixable[slot] = (
+                model.peft_config[slot].peft_type == PeftType.LORA
+                and bool(layers)
+                and not any(_VISION_PARTS & set(name.split(".")) for name in layers)
+            )
+        return self._mixable[slot]
+
+    def _row_adapter(self, request: ChatRequest) -> str:
+        return "__base__" if request.adapter is None else self._slots[request.adapter]
 
     @contextmanager
     def using_adapter(self, name: str | None) -> Iterator[None]:
@@ -221,7 +268,9 @@ class TransformersBackend:
             raise ValueError("this model is text-only but a request carries images; use a VLM judge")
         return processor(texts, padding=True, return_tensors="pt", add_special_tokens=False)
 
-    def _generate_batch(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+    def _generate_batch(
+        self, requests: Sequence[ChatRequest], params: SamplingParams, adapter_names: list[str] | None = None
+    ) -> list[Generation]:
         import torch
 
         model = self.loaded.model
@@ -236,6 +285,8 @@ class TransformersBackend:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if params.seed is not None:
             torch.manual_seed(params.seed)
+        if adapter_names is not None:
+            kwargs["adapter_names"] = adapter_names
         with torch.inference_mode():
             sequences = model.generate(
                 **inputs,

@@ -184,8 +184,12 @@ def test_backend_answers_through_each_adapter_exactly_as_the_trained_model(store
         revision = store.save("judge", adapters[seed])
         backend.load_adapter(revision.ref, str(revision.path))
         assert _texts(backend, revision.ref) == expected[seed]
-    mixed = backend.generate(_requests(None, 1) + _requests(store.resolve("judge").ref, 1), GREEDY)
-    assert [g.text for g in mixed] == [base_texts[0], expected[2][0]]
+    # Rows under the base and two adapters share one generation (PEFT's mixed batch), each with its own answer.
+    refs = {seed: store.save("judge", adapters[seed]).ref for seed in (1, 2)}
+    calls = _count_generate_calls(backend)
+    mixed = backend.generate(_requests(None, 1) + _requests(refs[1], 1) + _requests(refs[2], 1), GREEDY)
+    assert [g.text for g in mixed] == [base_texts[0], expected[1][0], expected[2][0]]
+    assert calls == [3]
     assert _texts(backend) == base_texts  # the base is untouched underneath
     with pytest.raises(ValueError, match="already loaded"):
         backend.load_adapter(revision.ref, str(revision.path))
@@ -202,6 +206,41 @@ def test_backend_answers_through_each_adapter_exactly_as_the_trained_model(store
         want = _texts(TransformersBackend(LoadedModel(model, processor, True)), "default")
         assert _texts(backend, name) == want
     assert _texts(backend, "again") == expected[1] and _texts(backend) == base_texts
+
+
+def _count_generate_calls(backend) -> list[int]:
+    """The rows of each `model.generate` the backend makes from now on (its model's generate, wrapped)."""
+    rows: list[int] = []
+    model = backend.loaded.model
+    generate = model.generate
+
+    def counted(*args, **kwargs):
+        rows.append(len(kwargs["input_ids"]))
+        return generate(*args, **kwargs)
+
+    model.generate = counted
+    return rows
+
+
+def test_an_adapter_in_the_vision_tower_keeps_its_rows_apart(tiny_vlm_dir, store):
+    """Mixed-batch LoRA indexes a layer's input by row; a vision layer's input is image patches, so an adapter
+    with layers there runs as a batch of its own (and answers as it does alone)."""
+    from peft import LoraConfig, get_peft_model
+
+    from judge.models import load_model
+
+    backend = served_copy(tiny_vlm_dir)
+    torch.manual_seed(4)
+    config = LoraConfig(r=2, lora_alpha=32, target_modules=r".*\.(qkv|q_proj)$", init_lora_weights=False)
+    seeing = get_peft_model(load_model(str(tiny_vlm_dir), device="cpu").model, config).eval()
+    assert any("visual" in name for name, _ in seeing.named_modules() if name.endswith(".qkv"))
+    backend.load_adapter("seeing", str(store.save("seeing", seeing).path))
+    backend.load_adapter("plain", str(store.save("plain", lora_model(tiny_vlm_dir, 1)).path))
+    assert backend.mixes({None, "plain"}) and not backend.mixes({"plain", "seeing"})
+    alone = {name: _texts(backend, name)[0] for name in ("seeing", "plain")}
+    calls = _count_generate_calls(backend)
+    texts = [g.text for g in backend.generate(_requests("seeing", 1) + _requests("plain", 1), GREEDY)]
+    assert texts == [alone["seeing"], alone["plain"]] and calls == [1, 1]
 
 
 class RecordingBackend:

@@ -1,0 +1,139 @@
+"""One backend call for a batch's adapters: the work of each adapter runs on its own thread, and the calls those
+threads make to the backend are merged into one `generate` over all their rows.
+
+Why: a batch holding requests under several LoRA revisions ran one generation per revision, so a request for a
+rarely used revision (cold traffic) added a whole generation to the batch every resident client waits for. The
+judge's work for one adapter (`Judge.select`, `compute_rewards` with its knock-out rounds) is a sequence of
+backend calls, and calls of different adapters can share a batch (`ChatRequest.adapter` is per row; the
+transformers backend mixes them with PEFT's `adapter_names`, vLLM with a `LoRARequest` per prompt).
+
+How: `MergedCalls(backend, callers=n)` waits until each of the `n` callers still running has made a call, then
+runs them as one. A caller that ends (its work done or raised) says so with `done()`, and is no longer waited
+for, so callers with more rounds than others go on alone. Greedy calls merge whatever their seeds (the seed
+does not change a greedy answer); sampled calls merge only with calls of the same settings, seed included.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass, replace
+from typing import Any
+
+from judge.backends.base import ChatRequest, Generation, SamplingParams
+
+__all__ = ["MergedCalls", "run_merged"]
+
+
+@dataclass
+class _Call:
+    requests: list[ChatRequest]
+    params: SamplingParams
+    result: list[Generation] | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+def _merge_key(params: SamplingParams) -> tuple:
+    return astuple(params if params.temperature > 0 else replace(params, seed=None))
+
+
+class MergedCalls:
+    """A backend for `callers` concurrent callers whose `generate` calls run merged (see the module's text).
+
+    Every other attribute is the backend's own. `merged_calls` counts the backend calls made, `calls` the
+    callers' calls (their ratio is the saving)."""
+
+    def __init__(self, backend: Any, callers: int) -> None:
+        self._backend = backend
+        self._running = callers
+        self._waiting: list[_Call] = []
+        self._lock = threading.Condition()
+        self.calls = 0
+        self.merged_calls = 0
+
+    def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
+        call = _Call(list(requests), params)
+        with self._lock:
+            self.calls += 1
+            self._waiting.append(call)
+            self._run_when_all_called()
+            self._lock.wait_for(lambda: call.done)
+        if call.error is not None:
+            raise call.error
+        if call.result is None:
+            raise RuntimeError("a merged backend call ended without an answer for this caller")
+        return call.result
+
+    def done(self) -> None:
+        """A caller has finished (or failed): the others stop waiting for its next call."""
+        with self._lock:
+            self._running -= 1
+            self._run_when_all_called()
+
+    def _run_when_all_called(self) -> None:
+        """With the lock held: once every running caller waits on a call, run them (the callers are all
+        blocked meanwhile, so holding the lock across the backend call costs nobody anything)."""
+        if not self._waiting or len(self._waiting) < self._running:
+            return
+        waiting, self._waiting = self._waiting, []
+        groups: dict[tuple, list[_Call]] = {}
+        for call in waiting:
+            groups.setdefault(_merge_key(call.params), []).append(call)
+        try:
+            for calls in groups.values():
+                self._run(calls)
+        finally:
+            for call in waiting:
+                call.done = True
+            self._lock.notify_all()
+
+    def _run(self, calls: list[_Call]) -> None:
+        rows = [request for call in calls for request in call.requests]
+        self.merged_calls += 1
+        try:
+            generations = self._backend.generate(rows, calls[0].params)
+            if len(generations) != len(rows):
+                raise RuntimeError(f"the backend returned {len(generations)} results for {len(rows)} requests")
+        except BaseException as error:  # noqa: BLE001 - each caller raises it in its own thread
+            for call in calls:
+                call.error = error
+            return
+        start = 0
+        for call in calls:
+            call.result = list(generations[start : start + len(call.requests)])
+            start += len(call.requests)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+def run_merged(work: Sequence[Callable[[Any], Any]], backend: Any) -> list[Any]:
+    """Run each `work(backend)` on a thread of its own against one `MergedCalls` over `backend`; their results
+    in order. The first exception (in `work`'s order) is raised once all have ended."""
+    if len(work) == 1:
+        return [work[0](backend)]
+    merged = MergedCalls(backend, callers=len(work))
+    results: list[Any] = [None] * len(work)
+    errors: list[BaseException | None] = [None] * len(work)
+
+    def run(index: int) -> None:
+        try:
+            results[index] = work[index](merged)
+        except BaseException as error:  # noqa: BLE001 - raised below, on the calling thread
+            errors[index] = error
+        finally:
+            merged.done()
+
+    threads = [
+        threading.Thread(target=run, args=(i,), name=f"mrjudge-adapter-{i}", daemon=True) for i in range(1, len(work))
+    ]
+    for thread in threads:
+        thread.start()
+    run(0)  # the first caller runs on this thread
+    for thread in threads:
+        thread.join()
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
