@@ -198,7 +198,8 @@ def test_backend_answers_through_each_adapter_exactly_as_the_trained_model(store
     assert backend.adapters == [] and _texts(backend) == base_texts
     with pytest.raises(ValueError, match="not loaded"):
         _texts(backend, revision.ref)
-    # Freed slots take the next revisions in place (PEFT hotswap); a different rank gets a fresh slot.
+    # Freed slots take the next revisions in place (a tensor copy where rank and scaling match); a different
+    # rank gets a fresh slot.
     wide = lora_model(tiny_vlm_dir, 3, r=8)
     for name, model in (("again", adapters[1]), ("wide", wide), ("last", adapters[2])):
         revision = store.save(name, model)
@@ -206,6 +207,16 @@ def test_backend_answers_through_each_adapter_exactly_as_the_trained_model(store
         want = _texts(TransformersBackend(LoadedModel(model, processor, True)), "default")
         assert _texts(backend, name) == want
     assert _texts(backend, "again") == expected[1] and _texts(backend) == base_texts
+    # The same rank with another scaling goes through PEFT's hotswap into the freed slot, and back again.
+    slots = set(backend.loaded.model.peft_config)
+    louder = lora_model(tiny_vlm_dir, 5, alpha=24)
+    backend.unload_adapter("again")
+    backend.load_adapter("louder", str(store.save("louder", louder).path))
+    assert _texts(backend, "louder") == _texts(TransformersBackend(LoadedModel(louder, processor, True)), "default")
+    backend.unload_adapter("louder")
+    backend.load_adapter("again", str(store.resolve("again").path))
+    assert _texts(backend, "again") == expected[1] and _texts(backend, "last") == expected[2]
+    assert set(backend.loaded.model.peft_config) == slots
 
 
 def _count_generate_calls(backend) -> list[int]:

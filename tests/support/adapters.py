@@ -10,7 +10,7 @@ import torch
 TARGETS = r"^(?!.*visual).*\.(q_proj|v_proj|o_proj)$"
 
 
-def lora_model(base_dir: Any, seed: int, *, r: int = 4) -> Any:
+def lora_model(base_dir: Any, seed: int, *, r: int = 4, alpha: int | None = None) -> Any:
     """The tiny model at `base_dir` wrapped by PEFT with random (non-zero) LoRA weights from `seed`.
 
     `init_lora_weights=False` makes both LoRA matrices random, and a large alpha lets the adapter, not
@@ -22,7 +22,8 @@ def lora_model(base_dir: Any, seed: int, *, r: int = 4) -> Any:
 
     model = load_model(str(base_dir), device="cpu").model
     torch.manual_seed(seed)
-    config = LoraConfig(r=r, lora_alpha=16 * r, target_modules=TARGETS, init_lora_weights=False, lora_dropout=0.0)
+    alpha = 16 * r if alpha is None else alpha
+    config = LoraConfig(r=r, lora_alpha=alpha, target_modules=TARGETS, init_lora_weights=False, lora_dropout=0.0)
     return get_peft_model(model, config).eval()
 
 
