@@ -159,6 +159,20 @@ class AdapterPool:
         if self._loader is not None:
             self._loader.shutdown(wait=False, cancel_futures=True)
 
+    def reserve(self) -> int:
+        """Have the backend allocate `capacity` adapter slots now, shaped like the latest revision of the store's
+        last policy (model thread, before serving): loads of revisions of the same shape then copy into a free
+        slot instead of building one. Returns the slots made (0 where the store is empty or the backend has no
+        slots to reserve, as an engine that allocates its own, vLLM, has not)."""
+        reserve = getattr(self.backend, "reserve_slots", None)
+        policies = self.store.policies()
+        if reserve is None or not policies:
+            return 0
+        template = self.resolve(policies[-1])
+        made = reserve(self.capacity, str(template.path))
+        log.info("reserved %d adapter slots shaped like %s", made, template.ref)
+        return made
+
     def ensure_loaded(self, revision: Revision) -> str:
         """Make `revision` resident (model thread only) and return the name to generate with.
 

@@ -12,13 +12,17 @@
    other clients ask (a) for the same hot set ("without cold traffic") and then (b) for adapters drawn
    Zipf-like (exponent `--zipf`) from the whole catalogue ("with cold traffic"). Reports the Zipf requests'
    `hit_rate` (adapter resident on arrival) and `cold_load_p50_ms` (their wait for the load), and the
-   resident clients' p99 latency in (a) and (b).
+   resident clients' p99 latency in (a) and (b). The server reserves its `--capacity` adapter slots at start
+   (`--reserve-adapter-slots`). Besides the p99s, `resident_server_p99_ms` times the same requests inside the
+   server and `resident_slowest_1pct` says where the slowest 1 % of them spent their time (inside the server,
+   waiting for a batch, judging).
 
-    python -m benchmarks.adapter_catalogue                      # N = 100,000: 191 s on 2 cores
+    python -m benchmarks.adapter_catalogue                      # N = 100,000: 3-4.5 min on 2 cores
     python -m benchmarks.adapter_catalogue --revisions 5000 --duration 8    # a quick run
 
-Run time: the bare run took 191 s on 2 CPU cores (2026-12-03, registration 90 s of it); registering alone took
-330 s and 534 s in two earlier runs on cores busy with other jobs (docs/adapters.md).
+Run time: three bare runs took 3–4.5 min each on 2 quiet cores (2026-12-06; registration 92–172 s of it, the
+disk's pace); registering alone took 330 s and 534 s in two earlier runs on cores busy with other jobs
+(docs/adapters.md).
 
 The catalogue lives in a temporary folder (`--dir`, default the system's) and is deleted at the end.
 Prints one JSON line.
@@ -213,15 +217,15 @@ def start_catalogue_server(base_dir: Path, store_dir: Path, args) -> tuple[subpr
     port = free_port()
     command = [
         sys.executable, "-m", "mrjudge.cli", "serve", "--model", str(base_dir), "--device", "cpu",
-        "--adapter-store", str(store_dir), "--max-adapters", str(args.capacity), "--orders", "1",
-        "--max-new-tokens", str(args.max_new_tokens), "--port", str(port), "--max-wait-ms", "5",
+        "--adapter-store", str(store_dir), "--max-adapters", str(args.capacity), "--reserve-adapter-slots",
+        "--orders", "1", "--max-new-tokens", str(args.max_new_tokens), "--port", str(port), "--max-wait-ms", "5",
         "--log-level", "warning",
     ]  # fmt: skip
     return start_server(command, port=port, timeout_s=180), f"http://127.0.0.1:{port}"
 
 
-async def client(url: str, pick, stop_at: float, out: list[tuple[float, float]], image: str) -> None:
-    """Ask one request at a time until `stop_at`; records (latency_ms, adapter_load_ms)."""
+async def client(url: str, pick, stop_at: float, out: list[tuple[float, dict]], image: str) -> None:
+    """Ask one request at a time until `stop_at`; records (latency_ms, the response's `timing`)."""
     async with httpx.AsyncClient(timeout=120) as http:
         while time.monotonic() < stop_at:
             body = {
@@ -235,13 +239,13 @@ async def client(url: str, pick, stop_at: float, out: list[tuple[float, float]],
             latency = 1000 * (time.perf_counter() - start)
             if response.status_code != 200:
                 raise RuntimeError(f"{response.status_code}: {response.text[:300]}")
-            out.append((latency, response.json()["timing"]["adapter_load_ms"]))
+            out.append((latency, response.json()["timing"]))
 
 
 async def phase(url: str, hot: list[str], other_pick, args, image: str) -> tuple[list, list]:
     stop_at = time.monotonic() + args.duration
-    resident: list[tuple[float, float]] = []
-    other: list[tuple[float, float]] = []
+    resident: list[tuple[float, dict]] = []
+    other: list[tuple[float, dict]] = []
     rng = random.Random(1)
     await asyncio.gather(
         *(client(url, lambda: rng.choice(hot), stop_at, resident, image) for _ in range(args.clients)),
@@ -279,7 +283,7 @@ def serve_phase(base_dir: Path, store_dir: Path, refs: list[str], args) -> dict:
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
     finally:
         stop_server(server, timeout_s=30)
-    cold = [load for _, load in zipf if load > 0]
+    cold = [timing["adapter_load_ms"] for _, timing in zipf if timing["adapter_load_ms"] > 0]
     loads = {}
     for line in metrics.splitlines():
         if line.startswith(("mrjudge_adapter_load_seconds_sum", "mrjudge_adapter_load_seconds_count")):
@@ -297,7 +301,29 @@ def serve_phase(base_dir: Path, store_dir: Path, refs: list[str], args) -> dict:
         "resident_requests": {"without_cold": len(without_resident), "with_cold": len(with_resident)},
         "resident_p99_ms": {"without_cold": without_p99, "with_cold": with_p99, "ratio": with_p99 / without_p99},
         "resident_p50_ms": {"without_cold": percentile(without, 0.5), "with_cold": percentile(with_cold, 0.5)},
+        # the same requests timed inside the server (arrival at the route to the answer built): what the batches
+        # cost them, without the hand-over of the answer to the client
+        "resident_server_p99_ms": {
+            "without_cold": (inside := server_p99(without_resident)),
+            "with_cold": (inside_cold := server_p99(with_resident)),
+            "ratio": inside_cold / inside,
+        },
+        "resident_slowest_1pct": {"without_cold": slowest(without_resident), "with_cold": slowest(with_resident)},
     }
+
+
+def server_p99(requests: list[tuple[float, dict]]) -> float:
+    return percentile([timing["total_ms"] for _, timing in requests], 0.99)
+
+
+def slowest(requests: list[tuple[float, dict]], share: float = 0.01) -> dict[str, float]:
+    """Where the slowest `share` of requests spent their time (means): in all, inside the server (`total_ms`),
+    waiting for a batch to start, in their batch's judging, and how many requests that batch held."""
+    tail = sorted(requests, key=lambda r: r[0])[-max(1, round(share * len(requests))) :]
+    means = {"latency_ms": sum(latency for latency, _ in tail) / len(tail)}
+    for key in ("total_ms", "queue_ms", "judge_ms", "batch_requests"):
+        means[key] = sum(timing[key] for _, timing in tail) / len(tail)
+    return means
 
 
 def main() -> None:

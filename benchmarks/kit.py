@@ -26,9 +26,9 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from judge.loopback import ServerNotReady, answers, free_port, wait_until_ready
 
@@ -43,16 +43,19 @@ __all__ = [
     "known_names",
     "log_lines",
     "log_text",
+    "median_run",
     "peak_rss_mib",
     "percentile",
     "reset_peak_rss",
     "rounded",
     "rss_mib",
+    "spread",
     "start_server",
     "stop_server",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root: servers start here
+T = TypeVar("T")
 
 
 # -- percentiles -----------------------------------------------------------------------------------------------
@@ -83,6 +86,25 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = math.ceil(round(q * len(ordered), 9))  # round: 0.07 * 100 is 7.000000000000001, rank 7 not 8
     return ordered[max(rank, 1) - 1]
+
+
+def median_run(runs: Sequence[T], key: Callable[[T], float]) -> T:
+    """The run whose `key` is the median of the runs' (the upper one of an even count), as pyperf reports a
+    short benchmark repeated: the run itself, so its other figures stay consistent with each other.
+
+    >>> median_run([(1, 5.0), (2, 3.0), (3, 4.0)], key=lambda run: run[1])
+    (3, 4.0)
+    """
+    return sorted(runs, key=key)[len(runs) // 2]
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max − min) / median of repeated runs' figures: 0.1 means they span 10 % of their median.
+
+    >>> round(spread([4.5, 5.0, 5.5]), 3)
+    0.2
+    """
+    return (max(values) - min(values)) / sorted(values)[len(values) // 2]
 
 
 # -- a server in a subprocess -------------------------------------------------------------------------------------

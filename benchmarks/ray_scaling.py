@@ -13,13 +13,18 @@ On a cluster, workers are GPUs or machines and the local engine has no equivalen
 
     python -m benchmarks.ray_scaling [--items 256] [--batch-size 8] [--max-new-tokens 48] [--size small]
 
-Run time: the bare run took 313 s under load (7 agents on 2 cores, load average ~7), 186 s of it the local
-engine, whose two torch threads fared worst on the busy cores (1.4 items/s against 17.9 on a quiet machine,
-docs/scale-out.md); the two Ray runs took 40 and 35 s.
+The engines run `--repeats` times (3), taking turns in a rotated order, and the figures are each engine's
+median run, as pyperf reports a short benchmark: a run is 10–20 s, and three single bare runs read two
+workers' steady rate at 1.59×, 2.30× and 1.71× one worker's.
+
+Run time: about 3 min bare on 2 quiet cores (a repeat of the three engines is ~50 s); under load (7 agents on
+2 cores) the local engine's two torch threads fare worst (1.4 items/s against 17.9 on a quiet machine,
+docs/scale-out.md).
 Prints one JSON line with `local_items_per_s`, `ray1_items_per_s`, `ray2_items_per_s` (whole stage, start-up
 included), `*_steady_items_per_s` (from the first batch back to the last: the rate once the pool is up),
 and the stage's items/s with the model-free scene generator (`scene_*`), where Ray's per-batch overhead
-shows on its own.
+shows on its own; each engine's `*_runs`, the ratios by repeat (`*_by_repeat`) and their `*_spread`
+((max − min) / median).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.equal_work import force_in_folder
-from benchmarks.kit import emit
+from benchmarks.kit import emit, median_run, spread
 from data_synthesis.pipeline import run_negatives
 from data_synthesis.world import write_world
 from jobs.executor import Executor, LocalExecutor, RayConfig, RayExecutor
@@ -75,7 +80,10 @@ def main() -> None:
     parser.add_argument("--scene-items", type=int, default=2000)
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each engine, in turns; medians are the figures")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
 
     import ray
 
@@ -109,24 +117,42 @@ def main() -> None:
             "ray2": RayExecutor(RayConfig(workers=2)),
         }
         torch.set_num_threads(args.cpus)
-        for name, engine in engines.items():
-            wall, steady = timed(world, folder / name, engine, **model_options)
-            results[f"{name}_items_per_s"] = args.items / wall
-            results[f"{name}_steady_items_per_s"] = steady
-            results[f"{name}_wall_s"] = wall
-            scene_wall, _ = timed(scene_world, folder / f"scene-{name}", engine, **scene_options)
-            results[f"scene_{name}_items_per_s"] = args.scene_items / scene_wall
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
+        names = list(engines)
+        for repeat in range(args.repeats):  # the engines take turns, the order rotated each repeat
+            for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
+                wall, steady = timed(world, folder / f"{name}-{repeat}", engines[name], **model_options)
+                scene_wall, _ = timed(scene_world, folder / f"scene-{name}-{repeat}", engines[name], **scene_options)
+                runs[name].append({"wall": wall, "steady": steady, "scene": args.scene_items / scene_wall})
         ray.shutdown()
         results["outputs_equal"] = all(
-            filecmp.cmp(folder / "local" / "negatives.jsonl", folder / name / "negatives.jsonl", shallow=False)
+            filecmp.cmp(folder / "local-0" / "negatives.jsonl", folder / f"{name}-{r}" / "negatives.jsonl", False)
             and filecmp.cmp(
-                folder / "scene-local" / "negatives.jsonl", folder / f"scene-{name}" / "negatives.jsonl", shallow=False
+                folder / "scene-local-0" / "negatives.jsonl", folder / f"scene-{name}-{r}" / "negatives.jsonl", False
             )
-            for name in ("ray1", "ray2")
+            for name in names
+            for r in range(args.repeats)
         )
+    for name, engine_runs in runs.items():
+        median = median_run(engine_runs, key=lambda run: run["wall"])  # the median run by items/s too
+        results[f"{name}_items_per_s"] = args.items / median["wall"]
+        results[f"{name}_steady_items_per_s"] = median_run(engine_runs, key=lambda run: run["steady"])["steady"]
+        results[f"{name}_wall_s"] = median["wall"]
+        results[f"scene_{name}_items_per_s"] = median_run(engine_runs, key=lambda run: run["scene"])["scene"]
+        results[f"{name}_items_per_s_runs"] = [args.items / run["wall"] for run in engine_runs]
+        results[f"{name}_steady_items_per_s_runs"] = [run["steady"] for run in engine_runs]
     results["ray2_over_local"] = results["ray2_items_per_s"] / results["local_items_per_s"]
     results["ray2_over_ray1"] = results["ray2_items_per_s"] / results["ray1_items_per_s"]
     results["steady_ray2_over_ray1"] = results["ray2_steady_items_per_s"] / results["ray1_steady_items_per_s"]
+    by_repeat = [one["wall"] / two["wall"] for one, two in zip(runs["ray1"], runs["ray2"])]  # items/s: ray2 / ray1
+    steady_by_repeat = [two["steady"] / one["steady"] for one, two in zip(runs["ray1"], runs["ray2"])]
+    results.update(
+        repeats=args.repeats,
+        ray2_over_ray1_by_repeat=by_repeat,
+        ray2_over_ray1_spread=spread(by_repeat),
+        steady_ray2_over_ray1_by_repeat=steady_by_repeat,
+        steady_ray2_over_ray1_spread=spread(steady_by_repeat),
+    )
     results.update(
         model=f"{args.size} Qwen2.5-VL (random init, float32), transformers backend",
         items=args.items,

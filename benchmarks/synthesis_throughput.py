@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter
-from benchmarks.kit import emit
+from benchmarks.kit import emit, median_run
 from data_synthesis.negatives import ModelNegatives
 from data_synthesis.pipeline import load_rows
 from data_synthesis.world import write_world
@@ -90,8 +90,8 @@ def main() -> None:
                 singles.append(timed(single, rows, 1, counter, warm_up=i == 0))
     batched_tps_runs = [tps for _, _, tps in runs]
     single_tps_runs = [tps for _, _, tps in singles]
-    batched_rate, batched_tokens, batched_tps = sorted(runs, key=lambda run: run[2])[len(runs) // 2]
-    single_rate, single_tokens, single_tps = sorted(singles, key=lambda run: run[2])[len(singles) // 2]
+    batched_rate, batched_tokens, batched_tps = median_run(runs, key=lambda run: run[2])
+    single_rate, single_tokens, single_tps = median_run(singles, key=lambda run: run[2])
     ratios = [b / s for b, s in zip(batched_tps_runs, single_tps_runs)]
     emit(
         {

@@ -160,6 +160,13 @@ class ServerConfig:
     max_adapters: int = field(
         default=4, metadata={"help": "adapters kept loaded; beyond it the least recently used is unloaded"}
     )
+    reserve_adapter_slots: bool = field(
+        default=False,
+        metadata={
+            "help": "allocate max_adapters adapter slots at start, shaped like a revision of the store, so that no "
+            "cold load builds one while requests wait (as vLLM allocates --max-loras); costs their memory at once"
+        },
+    )
     base_fingerprint: str | None = field(
         default=None,
         metadata={

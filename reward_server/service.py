@@ -102,6 +102,8 @@ class RewardService:
         self.metrics.watch_queue(lambda: self.batcher.depth)
         # The shrink rule's first call imports transformers' image code: pay that at start, not per request.
         await run_in_threadpool(fitted_size, 56, 56, max_pixels=1_003_520)
+        if self.pool is not None and self.config.reserve_adapter_slots:
+            await run_in_threadpool(self.pool.reserve)  # before the batch worker runs: no generation to race
         await self.batcher.start()
         self._flusher = asyncio.ensure_future(self._flush_log_summary())
         if self.audit is not None:

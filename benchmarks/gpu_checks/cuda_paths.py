@@ -149,13 +149,14 @@ def check_judge_cli(
 def check_throughput(model_dir: Path, device: str, plan: dict[str, Any]) -> Check:
     """The judge on the device at the forced length (benchmarks/equal_work.py's rule), batched vs one at a time:
     exactly the expected tokens on both."""
-    from benchmarks.judge_throughput import hf_rate, make_items
+    from benchmarks.judge_throughput import hf_rates, make_items
     from judge.models import load_model
 
     loaded = load_model(str(model_dir), device=device)
     config = dict(orders=2, max_new_tokens=plan["judge_tokens"], seed=0)
     sample = make_items(2 * plan["judge_items"], 0)
-    rates = {"batched": hf_rate(loaded, sample, config, 8), "single": hf_rate(loaded, sample, config, 1)}
+    (batched,), (single,) = hf_rates(loaded, sample, config, 8, repeats=1)
+    rates = {"batched": batched, "single": single}
     expected = len(sample) * 2 * plan["judge_tokens"]
     out = {
         "items": len(sample),

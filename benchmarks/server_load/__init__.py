@@ -18,7 +18,10 @@
      `server_judge_busy_frac` (from the answers' timings) say whether batches were full and the judge busy;
      `inprocess_judge_ms_per_batch` and `server_judge_ms_per_batch` time the judge call alone (the same full
      batch), so a judge that runs slower beside the server's event loop (one GIL) shows there.
-   - Batching: `--clients` clients for `--duration` s with dynamic batching, then with `--no-batching`.
+   - Batching: `--clients` clients against a server with dynamic batching and one with `--no-batching`, both
+     up at once, in `--batching-rounds` (4) rounds of a `--duration / rounds` s window on each, the order
+     turned every round; `ratio` is the pooled windows' judgments/s, `ratio_by_round` each round's (one 20 s
+     window a side, one after the other, read 5.0, 4.2 and 5.5 in three bare runs).
    Judgments/s is answered MC items per second; latency is per request. The clients speak plain HTTP/1.1 on
    kept-alive sockets (`raw_http`): httpx cost ~7 ms of CPU a request on the cores the server needs (it, not
    the server, capped the load at ~50 requests/s); `server_client_cpu_s_per_s` reports what they use now.
@@ -45,7 +48,7 @@
     python -m benchmarks.server_load --skip-throughput --skip-faults --hostile-duration 10   # the hostile run
 
 Every server's stderr goes to a file (`benchmarks.kit.start_server`), never a pipe nobody drains. Run time: the
-bare run took 241 s on 2 shared cores: the efficiency run (six rounds of two ~6.7 s windows) and two 20 s
-throughput runs, each with its server's start, the 10,000-request fault run at 196–249 requests/s, and two 20 s
+bare run took 241 s on 2 shared cores: the efficiency run (six rounds of two ~6.7 s windows) and the batching
+run (four rounds of two 5 s windows), each with its servers' start, the 10,000-request fault run at 196–249 requests/s, and two 20 s
 hostile phases. Prints one JSON line (`__main__`); the requests each run sends are in `bodies`.
 """

@@ -25,6 +25,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=6,
         help="rounds of the near-the-limit run, each a --duration/3 s window in process and one through the server",
     )
+    parser.add_argument(
+        "--batching-rounds",
+        type=int,
+        default=4,
+        help="rounds of the batching run, each a --duration/rounds s window with batching and one without",
+    )
     parser.add_argument("--fault-requests", type=int, default=10_000)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--max-batch-items", type=int, default=32)
@@ -38,8 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hostile-kinds", default="", help="comma-separated probe kinds (default: all)")
     parser.add_argument("--judge-delay-ms", type=float, default=5.0, help="hostile run: per backend call")
     args = parser.parse_args(argv)
-    if args.efficiency_rounds < 1:
-        parser.error(f"--efficiency-rounds ({args.efficiency_rounds}) must be >= 1")
+    for flag in ("efficiency_rounds", "batching_rounds"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} ({getattr(args, flag)}) must be >= 1")
     return args
 
 

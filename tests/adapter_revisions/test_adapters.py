@@ -291,6 +291,30 @@ def test_pool_evicts_the_least_recently_used_unpinned_adapter(store, tiny_vlm_di
         AdapterPool(backend, store, base_fingerprint="sha256:other").resolve("judge@latest")
 
 
+def test_reserved_slots_take_the_first_loads_by_copy_and_answer_as_the_trained_models(store, tiny_vlm_dir):
+    """`--reserve-adapter-slots`: the pool's capacity in slots is built at start, so no cold load builds one."""
+    from judge.backends.hf import TransformersBackend
+    from judge.models import LoadedModel, load_model
+
+    backend = served_copy(tiny_vlm_dir)
+    fingerprint = base_fingerprint(backend.loaded.model)
+    assert AdapterPool(backend, AdapterStore(store.root.parent / "empty"), base_fingerprint=fingerprint).reserve() == 0
+    models = {seed: lora_model(tiny_vlm_dir, seed) for seed in (31, 32, 33)}
+    revisions = {seed: store.save(f"p{seed}", model) for seed, model in models.items()}
+    pool = AdapterPool(backend, store, base_fingerprint=fingerprint, capacity=3)
+    assert pool.reserve() == 3 and backend.adapters == [] and pool.resident() == []
+    slots = set(backend.loaded.model.peft_config)
+    assert len(slots) == 3 and _texts(backend) == _texts(served_copy(tiny_vlm_dir))  # free slots change nothing
+    processor = load_model(str(tiny_vlm_dir), device="cpu").processor
+    for seed, revision in revisions.items():
+        name = pool.ensure_loaded(revision)
+        assert _texts(backend, name) == _texts(
+            TransformersBackend(LoadedModel(models[seed], processor, True)), "default"
+        )
+    assert set(backend.loaded.model.peft_config) == slots  # every load went into a reserved slot
+    assert pool.reserve() == 0  # already there
+
+
 # -- the command line -----------------------------------------------------------------------------------------
 
 
