@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--size", default="small", help="tiny-model size (tiny_world.model)")
-    parser.add_argument("--scene-items", type=int, default=2000)
+    parser.add_argument("--scene-items", type=int, default=8000, help="records for the model-free scene runs")
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each engine, in turns; medians are the figures")

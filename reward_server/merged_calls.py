@@ -1,5 +1,5 @@
-"""One backend call for a batch's adapters: the work of each adapter runs on its own thread, and the calls those
-threads make to the backend are merged into one `generate` over all their rows.
+"""One backend call for a batch's adapters: the work of each adapter runs on a thread of its own, and the calls
+it makes to the backend are merged into one `generate` over all their rows, run by the batch's own thread.
 
 Why: a batch holding requests under several LoRA revisions ran one generation per revision, so a request for a
 rarely used revision (cold traffic) added a whole generation to the batch every resident client waits for. The
@@ -7,10 +7,14 @@ judge's work for one adapter (`Judge.select`, `compute_rewards` with its knock-o
 backend calls, and calls of different adapters can share a batch (`ChatRequest.adapter` is per row; the
 transformers backend mixes them with PEFT's `adapter_names`, vLLM with a `LoRARequest` per prompt).
 
-How: `MergedCalls(backend, callers=n)` waits until each of the `n` callers still running has made a call, then
-runs them as one. A caller that ends (its work done or raised) says so with `done()`, and is no longer waited
-for, so callers with more rounds than others go on alone. Greedy calls merge whatever their seeds (the seed
-does not change a greedy answer); sampled calls merge only with calls of the same settings, seed included.
+How: `run_merged(work, backend)` starts each `work(backend)` on a helper thread against a `MergedCalls`, whose
+`generate` only queues the call. The calling thread (the server's one judge thread) waits until every helper
+still running has queued one, runs them as one call, hands the answers back, and so on until all have ended: a
+helper that ends is no longer waited for, so work with more rounds than the rest goes on alone. The backend is
+only ever called from the calling thread: the judge stays single-threaded, and torch keeps its per-thread
+state (a fresh thread per batch cost ~20 % of a batch, docs/reward-server.md). Greedy calls merge whatever
+their seeds (the seed does not change a greedy answer); sampled calls merge only with calls of the same
+settings, seed included.
 """
 
 from __future__ import annotations
@@ -39,10 +43,9 @@ def _merge_key(params: SamplingParams) -> tuple:
 
 
 class MergedCalls:
-    """A backend for `callers` concurrent callers whose `generate` calls run merged (see the module's text).
-
-    Every other attribute is the backend's own. `merged_calls` counts the backend calls made, `calls` the
-    callers' calls (their ratio is the saving)."""
+    """The backend as `callers` helper threads see it: `generate` queues the call and waits for `serve`, on the
+    calling thread, to run it merged with the others' (see the module's text). Every other attribute is the
+    backend's own. `calls` counts the helpers' calls, `merged_calls` the backend calls made for them."""
 
     def __init__(self, backend: Any, callers: int) -> None:
         self._backend = backend
@@ -57,7 +60,7 @@ class MergedCalls:
         with self._lock:
             self.calls += 1
             self._waiting.append(call)
-            self._run_when_all_called()
+            self._lock.notify_all()
             self._lock.wait_for(lambda: call.done)
         if call.error is not None:
             raise call.error
@@ -66,27 +69,30 @@ class MergedCalls:
         return call.result
 
     def done(self) -> None:
-        """A caller has finished (or failed): the others stop waiting for its next call."""
+        """A helper has finished (or failed): its next call is no longer waited for."""
         with self._lock:
             self._running -= 1
-            self._run_when_all_called()
-
-    def _run_when_all_called(self) -> None:
-        """With the lock held: once every running caller waits on a call, run them (the callers are all
-        blocked meanwhile, so holding the lock across the backend call costs nobody anything)."""
-        if not self._waiting or len(self._waiting) < self._running:
-            return
-        waiting, self._waiting = self._waiting, []
-        groups: dict[tuple, list[_Call]] = {}
-        for call in waiting:
-            groups.setdefault(_merge_key(call.params), []).append(call)
-        try:
-            for calls in groups.values():
-                self._run(calls)
-        finally:
-            for call in waiting:
-                call.done = True
             self._lock.notify_all()
+
+    def serve(self) -> None:
+        """Run the helpers' calls, merged, on this thread, until every helper has ended."""
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: len(self._waiting) >= self._running)
+                if not self._waiting:  # every helper has ended
+                    return
+                waiting, self._waiting = self._waiting, []
+            groups: dict[tuple, list[_Call]] = {}
+            for call in waiting:
+                groups.setdefault(_merge_key(call.params), []).append(call)
+            try:
+                for calls in groups.values():
+                    self._run(calls)
+            finally:
+                with self._lock:
+                    for call in waiting:
+                        call.done = True
+                    self._lock.notify_all()
 
     def _run(self, calls: list[_Call]) -> None:
         rows = [request for call in calls for request in call.requests]
@@ -109,8 +115,9 @@ class MergedCalls:
 
 
 def run_merged(work: Sequence[Callable[[Any], Any]], backend: Any) -> list[Any]:
-    """Run each `work(backend)` on a thread of its own against one `MergedCalls` over `backend`; their results
-    in order. The first exception (in `work`'s order) is raised once all have ended."""
+    """Each `work(backend)`'s result, in order: one piece of work runs here against `backend` itself; more run
+    on helper threads against one `MergedCalls`, whose merged calls this thread makes. The first exception (in
+    `work`'s order) is raised once all have ended."""
     if len(work) == 1:
         return [work[0](backend)]
     merged = MergedCalls(backend, callers=len(work))
@@ -125,14 +132,14 @@ def run_merged(work: Sequence[Callable[[Any], Any]], backend: Any) -> list[Any]:
         finally:
             merged.done()
 
-    threads = [
-        threading.Thread(target=run, args=(i,), name=f"mrjudge-adapter-{i}", daemon=True) for i in range(1, len(work))
+    helpers = [
+        threading.Thread(target=run, args=(i,), name=f"mrjudge-adapter-{i}", daemon=True) for i in range(len(work))
     ]
-    for thread in threads:
-        thread.start()
-    run(0)  # the first caller runs on this thread
-    for thread in threads:
-        thread.join()
+    for helper in helpers:
+        helper.start()
+    merged.serve()
+    for helper in helpers:
+        helper.join()
     for error in errors:
         if error is not None:
             raise error

@@ -13,16 +13,18 @@ GREEDY = SamplingParams(max_new_tokens=4)
 
 
 class EchoBackend:
-    """Answers each row with its first message's text; records the rows of each call."""
+    """Answers each row with its first message's text; records the rows of each call and the thread it ran on."""
 
     name = "echo"
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[list[str]] = []
+        self.threads: set[int] = set()
         self.fail = fail
 
     def generate(self, requests, params):
         self.calls.append([r.messages[0]["content"] for r in requests])
+        self.threads.add(threading.get_ident())
         if self.fail:
             raise RuntimeError("the engine is gone")
         return [Generation(text=r.messages[0]["content"]) for r in requests]
@@ -46,6 +48,7 @@ def test_callers_rounds_share_one_backend_call_until_a_caller_is_done():
     results = run_merged([caller(["a1", "a2"], ["a3"]), caller(["b1"]), caller(["c1"], ["c2"], ["c3"])], backend)
     assert results == [[["a1", "a2"], ["a3"]], [["b1"]], [["c1"], ["c2"], ["c3"]]]
     assert [sorted(call) for call in backend.calls] == [["a1", "a2", "b1", "c1"], ["a3", "c2"], ["c3"]]
+    assert backend.threads == {threading.get_ident()}  # the judge's own thread makes every backend call
 
 
 def test_one_caller_runs_on_the_backend_itself():
