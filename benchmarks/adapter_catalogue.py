@@ -20,7 +20,7 @@
     python -m benchmarks.adapter_catalogue                      # N = 100,000: 3-4.5 min on 2 cores
     python -m benchmarks.adapter_catalogue --revisions 5000 --duration 8    # a quick run
 
-Run time: three bare runs took 3–4.5 min each on 2 quiet cores (2026-12-06; registration 92–172 s of it, the
+Run time: three bare runs took 3–4.5 min each on 2 quiet cores (2026-12-06; registration 85–179 s of it, the
 disk's pace); registering alone took 330 s and 534 s in two earlier runs on cores busy with other jobs
 (docs/adapters.md).
 

@@ -92,8 +92,10 @@ def make_run_batch(judge: Judge, max_options: int, pool: AdapterPool | None = No
         judges = []
         for indices in groups.values():
             adapter = payloads[indices[0]].adapter
-            loaded = adapter is not None and pool is not None
-            judges.append(base.with_adapter(pool.ensure_loaded(adapter)) if loaded else base)
+            if adapter is not None and pool is not None:
+                judges.append(base.with_adapter(pool.ensure_loaded(adapter)))
+            else:
+                judges.append(base)
 
         def group_work(adapter_judge: Judge, indices: list[int]):
             def work(backend: Any) -> list[Any]:
