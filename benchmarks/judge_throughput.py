@@ -24,7 +24,7 @@ Each engine is timed `--repeats` times (5; the two transformers sides taking tur
 runs' medians by tokens/s, as pyperf reports a short benchmark: one batched run lasts well under a second on
 the tiny judge, and three single runs of it read 5.4×, 5.1× and 6.5× for the batched speedup.
 
-Run time: about 60 s bare on 2 cores with the vLLM venv built (vLLM's start-up most of it).
+Run time: 90–98 s bare on 2 quiet cores with the vLLM venv built (three runs, 2026-12-06).
 Prints one JSON line with `hf_batched_items_per_s`, `hf_single_items_per_s` and `vllm_items_per_s`
 (null, with `vllm_error`, when vLLM cannot run here), each side's `*_tokens` and `*_tokens_per_s`,
 `expected_tokens` (items x orders x max_new_tokens), `tokens_equal` (every run of every side generated exactly

@@ -26,14 +26,14 @@ def store(tiny_vlm_dir, tmp_path_factory) -> AdapterStore:
 
 @pytest.fixture(scope="module")
 def serve_store(store, tiny_vlm_dir) -> Callable[..., AbstractContextManager[tuple[str, Any]]]:
-    """`serve_store(Wrapper, max_adapters=N)`: the store served over `Wrapper(a fresh copy of the base)`;
-    yields (URL, the wrapped backend)."""
+    """`serve_store(Wrapper, max_adapters=N, **server_config)`: the store served over `Wrapper(a fresh copy of
+    the base)`; yields (URL, the wrapped backend)."""
 
     @contextmanager
-    def serve(wrapper: Callable[[Any], Any], *, max_adapters: int) -> Iterator[tuple[str, Any]]:
+    def serve(wrapper: Callable[[Any], Any], *, max_adapters: int, **config: Any) -> Iterator[tuple[str, Any]]:
         backend = wrapper(served_copy(tiny_vlm_dir))
         judge_config = JudgeConfig(orders=1, max_new_tokens=10, batch_size=16)
-        limits = dict(adapter_store=str(store.root), max_adapters=max_adapters, max_wait_ms=5)
+        limits = dict(adapter_store=str(store.root), max_adapters=max_adapters, max_wait_ms=5, **config)
         with serving(backend, judge_config, **limits) as url:
             yield url, backend
 

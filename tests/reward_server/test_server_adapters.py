@@ -159,3 +159,16 @@ def test_reward_endpoints_take_the_model_too(server, store):
     body = {"query": ["Say hi. hi", "Say hi. bye"], "prompts": ["Say hi.", "Say hi."], "model": "judge@latest"}
     response = httpx.post(f"{url}/get_reward", json=body, timeout=60)
     assert response.status_code == 200 and len(response.json()["rewards"]) == 2
+
+
+def test_reserved_slots_are_built_at_start_and_every_load_goes_into_one(serve_store, store):
+    """`--reserve-adapter-slots`: `max_adapters` slots exist before the first request; loads, evictions and
+    reloads then reuse them, each revision answering as it does on its own."""
+    with serve_store(lambda backend: backend, max_adapters=2, reserve_adapter_slots=True) as (url, backend):
+        slots = set(backend.loaded.model.peft_config)
+        assert len(slots) == 2 and backend.adapters == []
+        revisions = store.revisions("judge")
+        answers = {revision.ref: answer(url, revision.ref) for revision in revisions}  # the third evicts one
+        assert all(model == ref for ref, (model, _) in answers.items())
+        assert answer(url, revisions[0].ref) == answers[revisions[0].ref]
+        assert set(backend.loaded.model.peft_config) == slots
