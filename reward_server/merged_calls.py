@@ -45,20 +45,17 @@ def _merge_key(params: SamplingParams) -> tuple:
 class MergedCalls:
     """The backend as `callers` helper threads see it: `generate` queues the call and waits for `serve`, on the
     calling thread, to run it merged with the others' (see the module's text). Every other attribute is the
-    backend's own. `calls` counts the helpers' calls, `merged_calls` the backend calls made for them."""
+    backend's own."""
 
     def __init__(self, backend: Any, callers: int) -> None:
         self._backend = backend
         self._running = callers
         self._waiting: list[_Call] = []
         self._lock = threading.Condition()
-        self.calls = 0
-        self.merged_calls = 0
 
     def generate(self, requests: Sequence[ChatRequest], params: SamplingParams) -> list[Generation]:
         call = _Call(list(requests), params)
         with self._lock:
-            self.calls += 1
             self._waiting.append(call)
             self._lock.notify_all()
             self._lock.wait_for(lambda: call.done)
@@ -96,7 +93,6 @@ class MergedCalls:
 
     def _run(self, calls: list[_Call]) -> None:
         rows = [request for call in calls for request in call.requests]
-        self.merged_calls += 1
         try:
             generations = self._backend.generate(rows, calls[0].params)
             if len(generations) != len(rows):

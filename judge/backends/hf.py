@@ -231,9 +231,7 @@ class TransformersBackend:
 
         if self._slot_scaling.get(slot) != _scaling_key(config):
             return False
-        if slot not in self._slot_tensors:
-            self._slot_tensors[slot] = self._lora_tensors(slot)
-        tensors = self._slot_tensors[slot]
+        tensors = self._lora_tensors(slot)
         incoming = _insert_adapter_name_into_state_dict(state_dict, adapter_name=slot, parameter_prefix="lora_")
         if incoming.keys() != tensors.keys() or any(incoming[k].shape != tensors[k].shape for k in tensors):
             return False
@@ -247,20 +245,26 @@ class TransformersBackend:
         loads of revisions like it copy into a slot instead of building one (PEFT's injection walks every
         module: 12–31 ms a slot on the tiny model, on the thread that generates). Returns the slots made."""
         made: list[str] = []
+        staged = None  # read once, and only if a slot is missing
         while len(self._slots) + len(self._free_slots) < count:
             name = f"mrjudge-reserved-{len(made)}"
-            self.install_adapter(name, path, self.stage_adapter(name, path))
+            staged = staged or self.stage_adapter(name, path)
+            self.install_adapter(name, path, staged)
             made.append(name)
         for name in made:
             slot = self._slots[name]
             self._slot_mixes(slot)  # the checks a first use would make, made now
-            self._slot_tensors.setdefault(slot, self._lora_tensors(slot))
+            self._lora_tensors(slot)
             self.unload_adapter(name)
         return len(made)
 
     def _lora_tensors(self, slot: str) -> dict[str, Any]:
-        marker = f".{slot}."
-        return {key: param for key, param in self.loaded.model.named_parameters() if marker in key}
+        """The slot's LoRA parameters by state-dict key, found once per slot (a walk over the model)."""
+        if slot not in self._slot_tensors:
+            marker = f".{slot}."
+            named = self.loaded.model.named_parameters()
+            self._slot_tensors[slot] = {key: param for key, param in named if marker in key}
+        return self._slot_tensors[slot]
 
     def unload_adapter(self, name: str) -> None:
         """Stop serving `name`; its slot stays allocated for the next load to reuse in place."""
