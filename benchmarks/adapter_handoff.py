@@ -81,7 +81,7 @@ from adapter_revisions.catalogue import fsync_path
 from adapter_revisions.fingerprint import base_fingerprint
 from adapter_revisions.pool import AdapterPool
 from adapter_revisions.store import AdapterStore
-from benchmarks.kit import emit, peak_rss_mib, rounded
+from benchmarks.kit import add_repeats_flag, emit, peak_rss_mib, rounded
 from benchmarks.lora_model import SHAPES, build_base, count_7b, lora_config, merge_drift, merged_state_dict, train_step
 from judge.backends.base import ChatRequest, SamplingParams
 from judge.backends.hf import TransformersBackend
@@ -166,7 +166,7 @@ def folder_bytes(path: Path) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.adapter_handoff", description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="hand-offs of each kind (medians are reported)")
+    add_repeats_flag(parser, 3, "hand-offs of each kind (medians are reported)")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank of the measured adapter")
     parser.add_argument("--answer-tokens", type=int, default=1, help="greedy tokens the serving side generates")
     parser.add_argument("--train-tokens", type=int, default=16, help="random tokens per AdamW step")
@@ -178,8 +178,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
     if args.small and args.shape not in (None, "small"):
         parser.error(f"--small contradicts --shape {args.shape}")
     args.shape = "small" if args.small else (args.shape or "1b")

@@ -53,7 +53,7 @@ import torch
 from PIL import Image
 
 from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter, vllm_extra_body, vllm_generation_tokens
-from benchmarks.kit import emit, median_run, spread
+from benchmarks.kit import add_repeats_flag, emit, median_run, spread
 from judge.backends.hf import TransformersBackend
 from judge.judging import Judge, JudgeConfig
 from judge.models import LoadedModel, load_model, load_processor
@@ -245,10 +245,8 @@ def main() -> None:
     parser.add_argument("--vllm", help="vLLM venv folder or `vllm` command (default: this checkout's vLLM venv)")
     parser.add_argument("--no-vllm", action="store_true", help="transformers columns only")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs of each engine; medians are the figures")
+    add_repeats_flag(parser, 5, "timed runs of each engine; medians are the figures")
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
 
     device = args.device or ("cuda" if args.shape else "cpu")
     torch.manual_seed(args.seed)

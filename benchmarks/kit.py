@@ -36,6 +36,7 @@ __all__ = [
     "ROOT",
     "ServerNotReady",
     "add_names_flag",
+    "add_repeats_flag",
     "answers",
     "cpu_seconds",
     "emit",
@@ -242,6 +243,19 @@ def add_names_flag(
         default=",".join(known if default is None else default),
         help=f"{flag[2:]} to run, comma-separated ({', '.join(known)})",
     )
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def add_repeats_flag(parser: argparse.ArgumentParser, default: int, help: str) -> None:  # noqa: A002 - argparse's
+    """`--repeats N` (N ≥ 1, else a usage error): how many times a benchmark runs each side, in turns, so that
+    its figures are medians (`median_run`) and its spread can be read."""
+    parser.add_argument("--repeats", type=_at_least_one, default=default, help=help)
 
 
 def known_names(parser: argparse.ArgumentParser, flag: str, value: str, known: Sequence[str]) -> list[str]:

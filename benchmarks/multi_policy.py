@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kit import cpu_seconds, emit, peak_rss_mib, reset_peak_rss, rss_mib
+from benchmarks.kit import add_repeats_flag, cpu_seconds, emit, peak_rss_mib, reset_peak_rss, rss_mib
 from benchmarks.workers import run_worker
 
 WORDS = ["red", "blue", "green", "square", "circle", "one", "two", "three", "left", "right", "top", "bottom"]
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per worker")
     parser.add_argument("--mmap-threshold", type=int, default=65536, help="glibc MALLOC_MMAP_THRESHOLD_ of the "
                         "memory runs (CPU; 0: no memory run, peaks from the timing runs)")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=3, help="timing runs per variant, alternating: the fastest")
+    add_repeats_flag(parser, 3, "timing runs per variant, alternating: the fastest")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per variant")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.equal_work import force_in_folder
-from benchmarks.kit import emit, median_run, spread
+from benchmarks.kit import add_repeats_flag, emit, median_run, spread
 from data_synthesis.pipeline import run_negatives
 from data_synthesis.world import write_world
 from jobs.executor import Executor, LocalExecutor, RayConfig, RayExecutor
@@ -80,10 +80,8 @@ def main() -> None:
     parser.add_argument("--scene-items", type=int, default=8000, help="records for the model-free scene runs")
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each engine, in turns; medians are the figures")
+    add_repeats_flag(parser, 3, "runs of each engine, in turns; medians are the figures")
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
 
     import ray
 

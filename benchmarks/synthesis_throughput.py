@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.equal_work import FORCED_LENGTH, GenerateCounter
-from benchmarks.kit import emit, median_run
+from benchmarks.kit import add_repeats_flag, emit, median_run
 from data_synthesis.negatives import ModelNegatives
 from data_synthesis.pipeline import load_rows
 from data_synthesis.world import write_world
@@ -65,10 +65,8 @@ def main() -> None:
     )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each side, in turns; medians are the figures")
+    add_repeats_flag(parser, 5, "runs of each side, in turns; medians are the figures")
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
 
     torch.manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as folder:

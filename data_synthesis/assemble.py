@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from data_synthesis.image_paths import rebase_row
 from data_synthesis.prompts import DESCRIBE
 from data_synthesis.records import group_of, image_refs
 from jobs.jsonl import write_jsonl_atomic
+from judge.config import setting
 from judge.prompt import PromptConfig, build_messages, option_letters
 
 __all__ = [
@@ -51,13 +52,12 @@ Row = dict[str, Any]
 
 @dataclass
 class AssembleConfig:
-    min_options: int = field(default=2, metadata={"help": "fewest options per item"})
-    max_options: int = field(
-        default=4,
-        metadata={"help": "most options per item; each item's count is drawn from [min, max], capped by negatives + 1"},
+    min_options: int = setting(2, "fewest options per item")
+    max_options: int = setting(
+        4, "most options per item; each item's count is drawn from [min, max], capped by negatives + 1"
     )
-    val_fraction: float = field(default=0.1, metadata={"help": "share of record groups held out for validation"})
-    seed: int = field(default=0, metadata={"help": "seeds option counts, negatives, letters and the split"})
+    val_fraction: float = setting(0.1, "share of record groups held out for validation")
+    seed: int = setting(0, "seeds option counts, negatives, letters and the split")
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_options <= self.max_options <= 26:

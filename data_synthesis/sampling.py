@@ -22,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams
+from judge.config import setting
 
 __all__ = [
     "DEFAULTS",
@@ -59,10 +60,10 @@ DEFAULT_REQUEST_TIMEOUT_S = 3600.0
 class StageSampling:
     """One model stage's decoding; a field left `None` takes the stage default (`DEFAULTS`)."""
 
-    temperature: float | None = field(default=None, metadata={"help": "sampling temperature"})
-    top_p: float | None = field(default=None, metadata={"help": "nucleus sampling top_p"})
-    max_tokens: int | None = field(default=None, metadata={"help": "generation budget per reply (thinking included)"})
-    seed: int | None = field(default=None, metadata={"help": "per-row seeds are derived from it; default: unseeded"})
+    temperature: float | None = setting(None, "sampling temperature")
+    top_p: float | None = setting(None, "nucleus sampling top_p")
+    max_tokens: int | None = setting(None, "generation budget per reply (thinking included)")
+    seed: int | None = setting(None, "per-row seeds are derived from it; default: unseeded")
 
     @classmethod
     def from_dict(cls, stage: str, values: dict[str, Any] | None) -> StageSampling:

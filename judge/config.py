@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +17,7 @@ __all__ = [
     "fold_dotted_keys",
     "parse_key_values",
     "put_dotted",
+    "setting",
     "yaml_load",
 ]
 
@@ -44,6 +45,24 @@ def yaml_load(text: str) -> Any:
     import yaml
 
     return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",  # noqa: A002 - the word HfArgumentParser and argparse use
+    *,
+    factory: Callable[[], Any] | None = None,
+    **metadata: Any,
+) -> Any:
+    """A config dataclass field with its help: `setting(32, "items per batch")`, `setting(help=..., factory=list)`.
+
+    One spelling for the `field(default=..., metadata={"help": ...})` that TRL's `HfArgumentParser` and this
+    project's `ConfigFlags` read; other metadata (`metavar`) passes through. No default and no factory: the
+    field is required."""
+    metadata = {"help": help, **metadata}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 class ConfigError(ValueError):

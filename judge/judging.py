@@ -22,11 +22,12 @@ import random
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from judge.backends.base import Backend, ChatRequest, Generation, SamplingParams
+from judge.config import setting
 from judge.images import FittedImage, PixelRange, fit_pixels, load_image
 from judge.parser import extract_reasoning, parse_choice
 from judge.prompt import PromptConfig, build_messages
@@ -40,55 +41,36 @@ class JudgeConfig:
     """How the judge asks and aggregates. Loadable from YAML as a plain mapping."""
 
     # De-biasing and voting
-    orders: int | None = field(
-        default=None,
-        metadata={"help": "display orders per item; default: 2 (both orders for two candidates)"},
+    orders: int | None = setting(None, "display orders per item; default: 2 (both orders for two candidates)")
+    permutation: Literal["cyclic", "random"] = setting(
+        "cyclic", "how display orders are drawn for more than two candidates: cyclic shifts or seeded shuffles"
     )
-    permutation: Literal["cyclic", "random"] = field(
-        default="cyclic",
-        metadata={
-            "help": "how display orders are drawn for more than two candidates: cyclic shifts or seeded shuffles"
-        },
-    )
-    samples: int = field(
-        default=1, metadata={"help": "calls per display order, majority-voted; more than 1 needs temperature > 0"}
-    )
-    seed: int = field(
-        default=0,
-        metadata={"help": "seeds display orders, sampling and tie-breaks; the same seed gives the same verdicts"},
-    )
+    samples: int = setting(1, "calls per display order, majority-voted; more than 1 needs temperature > 0")
+    seed: int = setting(0, "seeds display orders, sampling and tie-breaks; the same seed gives the same verdicts")
 
     # Decoding
-    temperature: float = field(default=0.0, metadata={"help": "sampling temperature; 0 is greedy"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: the smallest token set with this mass"})
-    max_new_tokens: int = field(default=512, metadata={"help": "generation budget per call (reasoning and answer)"})
+    temperature: float = setting(0.0, "sampling temperature; 0 is greedy")
+    top_p: float = setting(1.0, "nucleus sampling: the smallest token set with this mass")
+    max_new_tokens: int = setting(512, "generation budget per call (reasoning and answer)")
 
     # Image size (Qwen's min_pixels / max_pixels)
-    min_pixels: int | None = field(
-        default=None,
-        metadata={
-            "help": "images with fewer pixels are enlarged to about N (aspect kept, sides multiples of 28) before "
-            "the judge sees them; default: the model's processor config",
-            "metavar": "N",
-        },
+    min_pixels: int | None = setting(
+        None,
+        "images with fewer pixels are enlarged to about N (aspect kept, sides multiples of 28) before "
+        "the judge sees them; default: the model's processor config",
+        metavar="N",
     )
-    max_pixels: int | None = field(
-        default=None,
-        metadata={
-            "help": "images with more pixels are shrunk to at most N before the judge sees them, e.g. 1003520 "
-            "(1280*28*28: at most 1,280 visual tokens); default: the model's processor config (stock "
-            "Qwen2.5-VL: 12845056, up to ~16k visual tokens per image)",
-            "metavar": "N",
-        },
+    max_pixels: int | None = setting(
+        None,
+        "images with more pixels are shrunk to at most N before the judge sees them, e.g. 1003520 "
+        "(1280*28*28: at most 1,280 visual tokens); default: the model's processor config (stock "
+        "Qwen2.5-VL: 12845056, up to ~16k visual tokens per image)",
+        metavar="N",
     )
 
     # Batching and prompt
-    batch_size: int = field(
-        default=8, metadata={"help": "items per backend call (each item makes orders x samples requests)"}
-    )
-    prompt: PromptConfig = field(
-        default_factory=PromptConfig, metadata={"help": "the prompt's wording (PromptConfig fields; YAML only)"}
-    )
+    batch_size: int = setting(8, "items per backend call (each item makes orders x samples requests)")
+    prompt: PromptConfig = setting(help="the prompt's wording (PromptConfig fields; YAML only)", factory=PromptConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, dict):

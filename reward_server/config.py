@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from judge.config import check_at_least_one, fold_dotted_keys
+from judge.config import check_at_least_one, fold_dotted_keys, setting
 from judge.reward.audit.config import AuditConfig
 from judge.reward.wire import API_KEY_ENV  # read when no `--api-key` is given; every reward client sends it
 
@@ -32,160 +32,116 @@ class ServerConfig:
     """How the reward server listens, batches and what it refuses. Defaults are safe for a public port."""
 
     # Network and access
-    host: str = field(default="127.0.0.1", metadata={"help": "address to bind; loopback unless told otherwise"})
-    port: int = field(default=8000, metadata={"help": "TCP port"})
-    api_key: str | None = field(
-        default=None,
-        metadata={
-            "help": "if set, all endpoints but /health and the API description (/docs, /openapi.json) need "
-            f"`Authorization: Bearer KEY`; prefer ${API_KEY_ENV} or "
-            "api_key_file (a flag's value shows in `ps`)"
-        },
+    host: str = setting("127.0.0.1", "address to bind; loopback unless told otherwise")
+    port: int = setting(8000, "TCP port")
+    api_key: str | None = setting(
+        None,
+        "if set, all endpoints but /health and the API description (/docs, /openapi.json) need "
+        f"`Authorization: Bearer KEY`; prefer ${API_KEY_ENV} or "
+        "api_key_file (a flag's value shows in `ps`)",
     )
-    api_key_file: str | None = field(
-        default=None, metadata={"help": "file holding the API key (surrounding whitespace dropped)"}
-    )
-    allow_unauthenticated: bool = field(
-        default=False,
-        metadata={"help": "serve a non-loopback host without an API key (refused otherwise): anyone can use the judge"},
+    api_key_file: str | None = setting(None, "file holding the API key (surrounding whitespace dropped)")
+    allow_unauthenticated: bool = setting(
+        False, "serve a non-loopback host without an API key (refused otherwise): anyone can use the judge"
     )
 
     # Dynamic batching
-    max_batch_items: int = field(
-        default=32,
-        metadata={"help": "MC items per judge batch; 1 turns batching off (one request at a time)"},
+    max_batch_items: int = setting(32, "MC items per judge batch; 1 turns batching off (one request at a time)")
+    max_wait_ms: float = setting(
+        10.0,
+        "how long a batch waits for the next request to join, from its first request and then from "
+        "each that joins (in all at most 10 times this, `LINGER`); it closes at once when full",
     )
-    max_wait_ms: float = field(
-        default=10.0,
-        metadata={
-            "help": "how long a batch waits for the next request to join, from its first request and then from "
-            "each that joins (in all at most 10 times this, `LINGER`); it closes at once when full"
-        },
+    max_queue: int = setting(256, "requests waiting for the judge; more are answered 503 with Retry-After")
+    request_timeout_s: float = setting(
+        120.0, "queue wait + judging per request; then 504 and its remaining work is cancelled"
     )
-    max_queue: int = field(
-        default=256, metadata={"help": "requests waiting for the judge; more are answered 503 with Retry-After"}
+    shutdown_grace_s: float = setting(
+        25.0,
+        "on SIGTERM, in-flight requests get this long (less 2 s for cancelling) before the rest is "
+        "cancelled; the process is gone within it (fits Kubernetes' default 30 s)",
     )
-    request_timeout_s: float = field(
-        default=120.0,
-        metadata={"help": "queue wait + judging per request; then 504 and its remaining work is cancelled"},
-    )
-    shutdown_grace_s: float = field(
-        default=25.0,
-        metadata={
-            "help": "on SIGTERM, in-flight requests get this long (less 2 s for cancelling) before the rest is "
-            "cancelled; the process is gone within it (fits Kubernetes' default 30 s)"
-        },
-    )
-    body_timeout_s: float = field(
-        default=30.0, metadata={"help": "time to receive a whole request body; then 408 (slow-body clients)"}
-    )
-    switch_interval_ms: float = field(
-        default=20.0,
-        metadata={
-            "help": "the server process's GIL switch interval (Python's default is 5): the judge thread and the "
-            "event loop share one GIL, and a longer interval lets the judge run its batches with fewer forced "
-            "hand-overs (a tiny CPU judge at saturation: ~4 % more judgments/s); the loop then waits up to this "
-            "long while the judge runs pure Python"
-        },
+    body_timeout_s: float = setting(30.0, "time to receive a whole request body; then 408 (slow-body clients)")
+    switch_interval_ms: float = setting(
+        20.0,
+        "the server process's GIL switch interval (Python's default is 5): the judge thread and the "
+        "event loop share one GIL, and a longer interval lets the judge run its batches with fewer forced "
+        "hand-overs (a tiny CPU judge at saturation: ~4 % more judgments/s); the loop then waits up to this "
+        "long while the judge runs pure Python",
     )
 
     # Logging
-    log_interval_s: float = field(
-        default=60.0,
-        metadata={
-            "help": "refusals, failures and unscored samples are logged at once the first time per reason, then "
-            "summarised at most once per this many seconds per reason (counts are in /metrics)"
-        },
+    log_interval_s: float = setting(
+        60.0,
+        "refusals, failures and unscored samples are logged at once the first time per reason, then "
+        "summarised at most once per this many seconds per reason (counts are in /metrics)",
     )
-    access_log: bool = field(
-        default=False,
-        metadata={"help": "uvicorn's line per request; off by default: an RL run sends thousands a step"},
-    )
+    access_log: bool = setting(False, "uvicorn's line per request; off by default: an RL run sends thousands a step")
 
     # Input limits (each violation is a 4xx naming the field)
-    max_body_bytes: int = field(default=32 * 2**20, metadata={"help": "request body size (413 above)"})
-    max_json_values: int = field(
-        default=1_000_000,
-        metadata={
-            "help": "commas and colons in a body, an upper bound on its JSON values, counted before parsing (413 "
-            "above): Python's parser holds the GIL, ~1 s for 3 million tiny values; text's own commas count too"
-        },
+    max_body_bytes: int = setting(32 * 2**20, "request body size (413 above)")
+    max_json_values: int = setting(
+        1_000_000,
+        "commas and colons in a body, an upper bound on its JSON values, counted before parsing (413 "
+        "above): Python's parser holds the GIL, ~1 s for 3 million tiny values; text's own commas count too",
     )
-    max_image_bytes: int = field(default=8 * 2**20, metadata={"help": "encoded size of one image (413 above)"})
-    max_image_pixels: int = field(
-        default=16_000_000, metadata={"help": "width × height of one image, read from its header before decoding"}
+    max_image_bytes: int = setting(8 * 2**20, "encoded size of one image (413 above)")
+    max_image_pixels: int = setting(16_000_000, "width × height of one image, read from its header before decoding")
+    max_images: int = setting(8, "images per item or per reward request")
+    max_candidates: int = setting(
+        8, "candidates per MC item, and the judge's option limit (larger reward groups: tournament)"
     )
-    max_images: int = field(default=8, metadata={"help": "images per item or per reward request"})
-    max_candidates: int = field(
-        default=8,
-        metadata={"help": "candidates per MC item, and the judge's option limit (larger reward groups: tournament)"},
+    max_responses: int = setting(64, "responses per /v1/reward request")
+    max_text_chars: int = setting(32_000, "characters per prompt, question or answer")
+    max_items: int = setting(512, "items per /v1/judge request, queries per /get_reward")
+    max_request_items: int = setting(
+        2048,
+        "judge work per request, in the MC items its reward plan expands to (a round-robin of G "
+        "responses is G(G-1)/2); 413 above, before any decoding or queueing",
     )
-    max_responses: int = field(default=64, metadata={"help": "responses per /v1/reward request"})
-    max_text_chars: int = field(default=32_000, metadata={"help": "characters per prompt, question or answer"})
-    max_items: int = field(default=512, metadata={"help": "items per /v1/judge request, queries per /get_reward"})
-    max_request_items: int = field(
-        default=2048,
-        metadata={
-            "help": "judge work per request, in the MC items its reward plan expands to (a round-robin of G "
-            "responses is G(G-1)/2); 413 above, before any decoding or queueing"
-        },
+    max_request_pixels: int = setting(
+        100_000_000, "width × height summed over a request's distinct images, read from headers (413 above)"
     )
-    max_request_pixels: int = field(
-        default=100_000_000,
-        metadata={"help": "width × height summed over a request's distinct images, read from headers (413 above)"},
-    )
-    allow_local_images: str | None = field(
-        default=None,
-        metadata={"help": "folder whose image files clients may name by path; None refuses every file path"},
+    allow_local_images: str | None = setting(
+        None, "folder whose image files clients may name by path; None refuses every file path"
     )
 
     # Reward groups for OpenRLHF, which posts one sample per /get_reward request
-    group_size: int = field(
-        default=1,
-        metadata={
-            "help": "/get_reward holds samples with the same prompt, images and label until this many have "
-            "arrived, then judges them as one group (set it to OpenRLHF's --rollout.n_samples_per_prompt); "
-            "1 judges each request on its own"
-        },
+    group_size: int = setting(
+        1,
+        "/get_reward holds samples with the same prompt, images and label until this many have "
+        "arrived, then judges them as one group (set it to OpenRLHF's --rollout.n_samples_per_prompt); "
+        "1 judges each request on its own",
     )
-    group_wait_s: float = field(
-        default=60.0,
-        metadata={"help": "how long a partial /get_reward group waits for the rest before it is judged as it is"},
+    group_wait_s: float = setting(
+        60.0, "how long a partial /get_reward group waits for the rest before it is judged as it is"
     )
 
     # LoRA adapters over the resident base (requests name `policy@alias` or `policy@revision` as "model")
-    adapter_store: str | None = field(
-        default=None, metadata={"help": "adapter store folder (`mrjudge adapters`); None serves the base model only"}
+    adapter_store: str | None = setting(
+        None, "adapter store folder (`mrjudge adapters`); None serves the base model only"
     )
-    max_adapters: int = field(
-        default=4, metadata={"help": "adapters kept loaded; beyond it the least recently used is unloaded"}
+    max_adapters: int = setting(4, "adapters kept loaded; beyond it the least recently used is unloaded")
+    reserve_adapter_slots: bool = setting(
+        False,
+        "allocate max_adapters adapter slots at start, shaped like a revision of the store, so that no "
+        "cold load builds one while requests wait (as vLLM allocates --max-loras); costs their memory at once",
     )
-    reserve_adapter_slots: bool = field(
-        default=False,
-        metadata={
-            "help": "allocate max_adapters adapter slots at start, shaped like a revision of the store, so that no "
-            "cold load builds one while requests wait (as vLLM allocates --max-loras); costs their memory at once"
-        },
-    )
-    base_fingerprint: str | None = field(
-        default=None,
-        metadata={
-            "help": "fingerprint of the served base (`mrjudge adapters fingerprint MODEL`); computed from the "
-            "weights for in-process backends, required for a remote engine"
-        },
+    base_fingerprint: str | None = setting(
+        None,
+        "fingerprint of the served base (`mrjudge adapters fingerprint MODEL`); computed from the "
+        "weights for in-process backends, required for a remote engine",
     )
 
     # The reward audit (judge.reward.audit): a seeded share of the judged groups scored again, beside the reward
-    audit: AuditConfig | dict[str, Any] | None = field(
-        default=None,
-        metadata={
-            "help": "audit a seeded share of the judged reward groups against a gold, beside the reward (which it "
-            "never delays or changes): an AuditConfig mapping, e.g. {auditor: answer_key, audit_rate: 0.05, path: "
-            "runs/serve/audit.jsonl}; the gold key is each request's reference (a /get_reward label's); auditors: "
-            "answer_key, answer_key:pkg.mod:fn, judge_url:http://host:port (self is the client's: its reward's "
-            "audit); figures on /metrics as mrjudge_audit_*. Flags: --audit-auditor, --audit-rate, --audit-window, "
-            "--audit-path; YAML: an audit: block; one key: audit.seed=3. None: no audit"
-        },
+    audit: AuditConfig | dict[str, Any] | None = setting(
+        None,
+        "audit a seeded share of the judged reward groups against a gold, beside the reward (which it "
+        "never delays or changes): an AuditConfig mapping, e.g. {auditor: answer_key, audit_rate: 0.05, path: "
+        "runs/serve/audit.jsonl}; the gold key is each request's reference (a /get_reward label's); auditors: "
+        "answer_key, answer_key:pkg.mod:fn, judge_url:http://host:port (self is the client's: its reward's "
+        "audit); figures on /metrics as mrjudge_audit_*. Flags: --audit-auditor, --audit-rate, --audit-window, "
+        "--audit-path; YAML: an audit: block; one key: audit.seed=3. None: no audit",
     )
 
     @staticmethod

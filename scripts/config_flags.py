@@ -8,7 +8,7 @@ The field says everything a flag needs: its name (`max_new_tokens` → `--max-ne
 prefix: `--reasoner-max-tokens`), its type (`X | None` reads an X; `Literal[...]` gives the choices; `bool`
 is a switch, with `--no-NAME` when it defaults to true or None; an `Enum` gives its values as choices; `X | str`
 reads an X; `list[X]` takes one or more values), its help
-(`metadata={"help": ...}`, `"metavar"` too) and its default, shown as `(default: …)`. A flag left out is
+(`metadata={"help": ...}`, as `judge.config.setting` writes it; `"metavar"` too) and its default, shown as `(default: …)`. A flag left out is
 *not given*, never its default: the YAML file beneath it keeps its value. Field checks stay in the
 dataclass's `__post_init__`, so a bad value fails the same way from a flag, a YAML key or Python.
 

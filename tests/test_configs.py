@@ -129,3 +129,38 @@ def test_accelerate_config_loads(path):
         if config.distributed_type == "FSDP":
             # Trainer.save_model writes model.safetensors under FSDP only for a full state dict.
             assert config.fsdp_config["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+
+
+def test_setting_is_a_field_with_its_help_for_both_flag_readers():
+    """`setting` is the one spelling of a documented field: TRL's HfArgumentParser and our ConfigFlags read
+    its help, a factory default is fresh per instance, and no default means required."""
+    import argparse
+    import dataclasses
+
+    from mrjudge.config_flags import ConfigFlags
+    from transformers import HfArgumentParser
+
+    from judge.config import setting
+
+    @dataclasses.dataclass
+    class Knobs:
+        path: str = setting(help="where it is", metavar="PATH")
+        steps: int = setting(3, "how many steps")
+        kinds: list[str] = setting(help="which kinds", factory=lambda: ["count"])
+
+    fields = {f.name: f for f in dataclasses.fields(Knobs)}
+    assert dict(fields["steps"].metadata) == {"help": "how many steps"}
+    assert dict(fields["path"].metadata) == {"help": "where it is", "metavar": "PATH"}
+    assert fields["path"].default is dataclasses.MISSING and fields["path"].default_factory is dataclasses.MISSING
+    first, second = Knobs(path="a"), Knobs(path="b")
+    assert first.kinds == ["count"] and first.kinds is not second.kinds
+    with pytest.raises(TypeError):
+        Knobs()  # type: ignore[call-arg]
+
+    (parsed,) = HfArgumentParser(Knobs).parse_args_into_dataclasses(["--path", "x", "--steps", "5"])
+    assert (parsed.path, parsed.steps, parsed.kinds) == ("x", 5, ["count"])
+    assert "how many steps" in HfArgumentParser(Knobs).format_help()
+
+    parser = argparse.ArgumentParser()
+    ConfigFlags(Knobs).add_to(parser)
+    assert "how many steps (default: 3)" in " ".join(parser.format_help().split())

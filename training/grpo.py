@@ -19,11 +19,12 @@ use_lora=true whose base is the merged folder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trl import GRPOConfig
 
+from judge.config import setting
 from judge.prompt import PromptConfig
 from training.data import load_grpo_dataset
 from training.judge_reward import JudgeReward
@@ -38,23 +39,14 @@ __all__ = ["JudgeGRPOConfig", "build_grpo_trainer", "run_grpo"]
 class JudgeGRPOConfig(JudgeModelArguments, GRPOConfig):
     """TRL's `GRPOConfig` plus the judge fields and the reward's weights and budget."""
 
-    accuracy_weight: float = field(default=0.9, metadata={"help": "Reward for choosing the labelled option."})
-    format_weight: float = field(
-        default=0.1, metadata={"help": "Reward for a well-formed <think>…</think><answer>X</answer>."}
+    accuracy_weight: float = setting(0.9, "Reward for choosing the labelled option.")
+    format_weight: float = setting(0.1, "Reward for a well-formed <think>…</think><answer>X</answer>.")
+    reward_max_tokens: int | None = setting(
+        None, "Completions reaching this many tokens earn 0 (default: max_completion_length)."
     )
-    reward_max_tokens: int | None = field(
-        default=None,
-        metadata={"help": "Completions reaching this many tokens earn 0 (default: max_completion_length)."},
-    )
-    prompt_instruction: str | None = field(
-        default=None, metadata={"help": "Judge prompt's first paragraph (default: judge.prompt's)."}
-    )
-    prompt_criteria: str | None = field(
-        default=None, metadata={"help": "Ranking criteria paragraph (default: judge.prompt's; '' omits it)."}
-    )
-    prompt_answer_format: str | None = field(
-        default=None, metadata={"help": "Answer-format paragraph (default: judge.prompt's)."}
-    )
+    prompt_instruction: str | None = setting(None, "Judge prompt's first paragraph (default: judge.prompt's).")
+    prompt_criteria: str | None = setting(None, "Ranking criteria paragraph (default: judge.prompt's; '' omits it).")
+    prompt_answer_format: str | None = setting(None, "Answer-format paragraph (default: judge.prompt's).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

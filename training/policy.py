@@ -20,12 +20,13 @@ model, `mrjudge adapters merge` it first (docs/lora-handoff.md). `reward.model` 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
 
+from judge.config import setting
 from judge.reward.trl.base import GroupedJudgeReward
 from judge.reward.trl.spec import HttpRewardSpec, InProcessRewardSpec, RewardSpec, reward_spec
 from judge.reward.wire import RetryPolicy
@@ -47,40 +48,31 @@ class JudgePolicyGRPOConfig(JudgeModelArguments, ReplayArguments, GRPOConfig):
     """TRL's `GRPOConfig`, the policy's model fields, where the judge is and how it rewards, and the replay switch."""
 
     # Policy and data (the model, LoRA and resume fields are shared with the judge recipes)
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "Policy to train: a folder or hub id, text LM or VLM (e.g. Qwen2.5-VL-7B), or a LoRA adapter "
-            "folder from an SFT run (use_lora=true continues that adapter; false merges it and trains all weights)."
-        },
+    model_name_or_path: str | None = setting(
+        None,
+        "Policy to train: a folder or hub id, text LM or VLM (e.g. Qwen2.5-VL-7B), or a LoRA adapter "
+        "folder from an SFT run (use_lora=true continues that adapter; false merges it and trains all weights).",
     )
-    train_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "Prompts: JSONL of {prompt, image?, answer?}, or world records {id, image, question, answer}."
-        },
+    train_file: str | None = setting(
+        None, "Prompts: JSONL of {prompt, image?, answer?}, or world records {id, image, question, answer}."
     )
-    eval_file: str | None = field(default=None, metadata={"help": "Optional held-out prompts in the same format."})
+    eval_file: str | None = setting(None, "Optional held-out prompts in the same format.")
 
     # The judge: where it runs and how it rewards (judge.reward.trl.spec)
-    reward: dict[str, Any] | None = field(
-        default=None,
-        metadata={
-            "help": "The judge reward, nested: {transport: http, url: http://judge-node:8000, …} (a `mrjudge serve` "
-            "server) or {transport: in_process, model: runs/judge, …} (a judge in each training process). "
-            f"http keys: {', '.join(HttpRewardSpec.keys())}; in_process keys: {', '.join(InProcessRewardSpec.keys())} "
-            f"(judge: JudgeConfig fields); retry: {{{', '.join(RetryPolicy.keys())}}}. One key on the command line: "
-            "reward.url=…, reward.retry.max_retries=5."
-        },
+    reward: dict[str, Any] | None = setting(
+        None,
+        "The judge reward, nested: {transport: http, url: http://judge-node:8000, …} (a `mrjudge serve` "
+        "server) or {transport: in_process, model: runs/judge, …} (a judge in each training process). "
+        f"http keys: {', '.join(HttpRewardSpec.keys())}; in_process keys: {', '.join(InProcessRewardSpec.keys())} "
+        f"(judge: JudgeConfig fields); retry: {{{', '.join(RetryPolicy.keys())}}}. One key on the command line: "
+        "reward.url=…, reward.retry.max_retries=5.",
     )
 
     # Generation server hand-off
-    adapter_handoff: bool = field(
-        default=False,
-        metadata={
-            "help": "With use_lora and vllm_mode=server: hand vLLM only the adapter each step (a store revision "
-            "loaded by name) instead of merged full weights; needs adapter_store readable by the server."
-        },
+    adapter_handoff: bool = setting(
+        False,
+        "With use_lora and vllm_mode=server: hand vLLM only the adapter each step (a store revision "
+        "loaded by name) instead of merged full weights; needs adapter_store readable by the server.",
     )
 
     @staticmethod

@@ -19,12 +19,13 @@ and back-propagates them last to first (`training.replay.chunked`): same gradien
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 
+from judge.config import setting
 from training.config import post_init_next
 from training.replay import (
     GRPOLoss,
@@ -42,38 +43,30 @@ __all__ = ["ReplayArguments", "ReplayGRPOTrainer"]
 class ReplayArguments:
     """Config fields that switch GRPO's loss to exact shared-prompt replay (mixed into a `GRPOConfig`)."""
 
-    replay_shared_prompt: bool = field(
-        default=False,
-        metadata={
-            "help": "Compute the GRPO loss by replaying each completion against its prompt's cached state: the "
-            "same gradient as the batched loss, the prompt's activations held once instead of G times "
-            "(long prompts, many images)."
-        },
+    replay_shared_prompt: bool = setting(
+        False,
+        "Compute the GRPO loss by replaying each completion against its prompt's cached state: the "
+        "same gradient as the batched loss, the prompt's activations held once instead of G times "
+        "(long prompts, many images).",
     )
-    replay_branch_batch: int = field(
-        default=1,
-        metadata={
-            "help": "Completions replayed together. 1 appends each completion into the prompt's key/value buffer "
-            "(no copy); more than 1 costs a copy of the prompt's keys and values per completion, so keep 1 for "
-            "long prompts and raise it for speed on short ones."
-        },
+    replay_branch_batch: int = setting(
+        1,
+        "Completions replayed together. 1 appends each completion into the prompt's key/value buffer "
+        "(no copy); more than 1 costs a copy of the prompt's keys and values per completion, so keep 1 for "
+        "long prompts and raise it for speed on short ones.",
     )
-    replay_prompt_chunk: int = field(
-        default=0,
-        metadata={
-            "help": "Run each shared prompt in chunks of this many tokens and back-propagate chunk by chunk (last "
-            "to first): the same gradient, with one chunk's activations plus the prompt's keys/values held "
-            "instead of the whole prompt's activations, for prompts past the activation wall. Each chunk's "
-            "recomputation checkpoints its layers when the model has gradient checkpointing on. 0 runs the "
-            "prompt in one piece."
-        },
+    replay_prompt_chunk: int = setting(
+        0,
+        "Run each shared prompt in chunks of this many tokens and back-propagate chunk by chunk (last "
+        "to first): the same gradient, with one chunk's activations plus the prompt's keys/values held "
+        "instead of the whole prompt's activations, for prompts past the activation wall. Each chunk's "
+        "recomputation checkpoints its layers when the model has gradient checkpointing on. 0 runs the "
+        "prompt in one piece.",
     )
-    replay_offload_prompt_state: bool = field(
-        default=False,
-        metadata={
-            "help": "With replay_prompt_chunk, keep the per-chunk linear-attention states (hybrid models) in "
-            "pinned CPU memory between uses."
-        },
+    replay_offload_prompt_state: bool = setting(
+        False,
+        "With replay_prompt_chunk, keep the per-chunk linear-attention states (hybrid models) in "
+        "pinned CPU memory between uses.",
     )
 
     def __post_init__(self) -> None:

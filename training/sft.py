@@ -11,11 +11,12 @@ completion only (prompt/completion form), images go through the model's processo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trl import SFTConfig, SFTTrainer
 
+from judge.config import setting
 from training.data import load_sft_dataset
 from training.model_config import JudgeModelArguments
 from training.model_loading import load_training_model
@@ -31,14 +32,12 @@ FULL_LOGITS_MAX_VOCAB = 16_384
 class JudgeSFTConfig(JudgeModelArguments, SFTConfig):
     """TRL's `SFTConfig` plus the judge fields (model, LoRA, vision freezing, data files, resume)."""
 
-    full_logits_loss: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Take the loss from the model's full logits instead of TRL's fused LM head, which projects in "
-            "tiles so that a large vocabulary's logits never exist at once. Default (null): full logits when the "
-            f"vocabulary has at most {FULL_LOGITS_MAX_VOCAB} entries, where they are small and the tiles are pure "
-            "overhead on a CPU (0.09 s of a 0.33 s step on the tiny judge); the fused head otherwise (Qwen's 152k)."
-        },
+    full_logits_loss: bool | None = setting(
+        None,
+        "Take the loss from the model's full logits instead of TRL's fused LM head, which projects in "
+        "tiles so that a large vocabulary's logits never exist at once. Default (null): full logits when the "
+        f"vocabulary has at most {FULL_LOGITS_MAX_VOCAB} entries, where they are small and the tiles are pure "
+        "overhead on a CPU (0.09 s of a 0.33 s step on the tiny judge); the fused head otherwise (Qwen's 152k).",
     )
 
     def __post_init__(self) -> None:

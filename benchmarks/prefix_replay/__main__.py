@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import benchmarks.prefix_replay as package
+from benchmarks.kit import add_repeats_flag
 from benchmarks.prefix_replay.figures import Runs, goals, group_figures, search_figures, time_figures
 from benchmarks.prefix_replay.search import longest_prompt
 from benchmarks.prefix_replay.settings import Settings
@@ -37,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunk-checkpoint", choices=("auto", "on", "off"), default="auto", help="chunked replay "
                         "checkpoints each chunk's layers in its recomputation (less memory, one more chunk forward); "
                         "auto: replay's default, on exactly when the model has gradient checkpointing on")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=1, help="steps per worker; the fastest is reported")
+    add_repeats_flag(parser, 1, "steps per worker; the fastest is reported")
     parser.add_argument("--prompt-lengths", default=None, help="prompt lengths of the G = 8 sweep (default: "
                         "P on CPU; P/4, P/2, P with --full and on CUDA)")  # fmt: skip
     parser.add_argument("--chunked-search-limit", type=int, default=None, help="longest prompt the chunked "

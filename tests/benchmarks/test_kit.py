@@ -13,6 +13,7 @@ import pytest
 import benchmarks.kit
 from benchmarks.kit import (
     ServerNotReady,
+    add_repeats_flag,
     cpu_seconds,
     emit,
     free_port,
@@ -110,3 +111,17 @@ def test_emit_prints_one_line_with_every_float_rounded_and_the_keys_in_order(cap
     assert out.count("\n") == 1
     assert json.loads(out) == {"b": 0.333, "a": {"p99": [0.667, [0.123, 7]], "ok": True}, "none": None, "n": 3}
     assert list(json.loads(out)) == ["b", "a", "none", "n"]
+
+
+def test_repeats_flag_takes_one_or_more_and_refuses_zero(capsys):
+    """Every benchmark that takes medians shares one `--repeats`; 0 is a usage error, not an empty median."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="bench")
+    add_repeats_flag(parser, 5, "runs of each side")
+    assert parser.parse_args([]).repeats == 5
+    assert parser.parse_args(["--repeats", "2"]).repeats == 2
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--repeats", bad])
+    assert "argument --repeats" in capsys.readouterr().err

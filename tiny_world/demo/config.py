@@ -10,11 +10,11 @@ file, then the command line's flags (or `key=value`, the same thing). A field a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from judge.config import ConfigError, check_at_least_one, config_values
+from judge.config import ConfigError, check_at_least_one, config_values, setting
 from tiny_world.recipe import RENAMED as RECIPE_RENAMED
 from tiny_world.recipe import TinyJudgeRecipe, check_group
 
@@ -30,49 +30,45 @@ class DemoConfig(TinyJudgeRecipe):
     """
 
     # Run
-    threads: int | None = field(default=None, metadata={"help": "torch threads (default: torch's choice)"})
-    wall_budget_s: float = field(default=900.0, metadata={"help": "the whole demo's budget; a warning above it"})
-    heldout_goal: float = field(default=0.85, metadata={"help": "held-out accuracy the summary checks against"})
+    threads: int | None = setting(None, "torch threads (default: torch's choice)")
+    wall_budget_s: float = setting(900.0, "the whole demo's budget; a warning above it")
+    heldout_goal: float = setting(0.85, "held-out accuracy the summary checks against")
 
     # Held-out evaluation
-    heldout_n: int = field(default=200, metadata={"help": "VL-RewardBench-format held-out pairs"})
-    untrained_heldout_n: int = field(
-        default=64,
-        metadata={"help": "of those, pairs the untrained judge is scored on (it writes no answer: a baseline)"},
+    heldout_n: int = setting(200, "VL-RewardBench-format held-out pairs")
+    untrained_heldout_n: int = setting(
+        64, "of those, pairs the untrained judge is scored on (it writes no answer: a baseline)"
     )
-    eval_batch_size: int = field(default=16, metadata={"help": "items per judge batch in evaluation"})
+    eval_batch_size: int = setting(16, "items per judge batch in evaluation")
 
     # MM-Vet-style best-of-N
-    bon_questions: int = field(default=48, metadata={"help": "held-out questions for best-of-N"})
-    bon_n: int = field(default=4, metadata={"help": "candidates per question (N)"})
-    bon_gold_share: float = field(default=0.35, metadata={"help": "chance a candidate is the right answer"})
+    bon_questions: int = setting(48, "held-out questions for best-of-N")
+    bon_n: int = setting(4, "candidates per question (N)")
+    bon_gold_share: float = setting(0.35, "chance a candidate is the right answer")
 
     # A seeing policy, then GRPO against the reward server (TRL's names after `policy_`)
-    policy_size: str = field(default="tiny", metadata={"help": "tiny-model size of the policy"})
-    policy_vision_warmup_steps: int = field(
-        default=600, metadata={"help": "the policy's own perception warm-up steps (then its tower is frozen)"}
+    policy_size: str = setting("tiny", "tiny-model size of the policy")
+    policy_vision_warmup_steps: int = setting(
+        600, "the policy's own perception warm-up steps (then its tower is frozen)"
     )
-    policy_sft_max_steps: int = field(default=800, metadata={"help": "policy SFT steps on right answers (lr 3e-3)"})
-    policy_correct_share: float = field(
-        default=1.0, metadata={"help": "share of right answers in the policy's warm-start data (the rest are wrong)"}
+    policy_sft_max_steps: int = setting(800, "policy SFT steps on right answers (lr 3e-3)")
+    policy_correct_share: float = setting(
+        1.0, "share of right answers in the policy's warm-start data (the rest are wrong)"
     )
-    policy_max_steps: int = field(default=150, metadata={"help": "policy GRPO steps per reward arm"})
-    policy_per_device_train_batch_size: int = field(default=16, metadata={"help": "policy GRPO completions per step"})
-    policy_num_generations: int = field(default=4, metadata={"help": "completions per prompt in policy GRPO"})
-    policy_max_completion_length: int = field(default=24, metadata={"help": "policy answer budget (tokens)"})
-    policy_learning_rate: float = field(default=2e-4, metadata={"help": "policy GRPO learning rate"})
-    policy_beta: float = field(default=0.04, metadata={"help": "KL penalty keeping the policy near its start"})
-    policy_heldout: int = field(default=200, metadata={"help": "validation questions for exact answers before/after"})
-    policy_samples: int = field(default=4, metadata={"help": "sampled answers per validation question"})
-    policy_oracle_arm: bool = field(
-        default=True, metadata={"help": "also GRPO the policy with the answer key as its reward, for comparison"}
-    )
-    policy_audit_rate: float = field(
-        default=0.05,
-        metadata={"help": "share of the judge arm's reward groups the answer key audits (judge.reward.audit; 0: off)"},
+    policy_max_steps: int = setting(150, "policy GRPO steps per reward arm")
+    policy_per_device_train_batch_size: int = setting(16, "policy GRPO completions per step")
+    policy_num_generations: int = setting(4, "completions per prompt in policy GRPO")
+    policy_max_completion_length: int = setting(24, "policy answer budget (tokens)")
+    policy_learning_rate: float = setting(2e-4, "policy GRPO learning rate")
+    policy_beta: float = setting(0.04, "KL penalty keeping the policy near its start")
+    policy_heldout: int = setting(200, "validation questions for exact answers before/after")
+    policy_samples: int = setting(4, "sampled answers per validation question")
+    policy_oracle_arm: bool = setting(True, "also GRPO the policy with the answer key as its reward, for comparison")
+    policy_audit_rate: float = setting(
+        0.05, "share of the judge arm's reward groups the answer key audits (judge.reward.audit; 0: off)"
     )
 
-    quick: bool = field(default=False, metadata={"help": "start from the quick preset (tiny budgets, for tests)"})
+    quick: bool = setting(False, "start from the quick preset (tiny budgets, for tests)")
 
     def recipe(self) -> TinyJudgeRecipe:
         """The judge recipe these budgets ask for (the same one `benchmarks/learning_curve.py` runs)."""

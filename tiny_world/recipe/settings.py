@@ -4,11 +4,11 @@ call into `data` or `trainers` with the recipe's choices filled in."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from judge.config import check_at_least_one
+from judge.config import check_at_least_one, setting
 from tiny_world.recipe.data import check_traces, distill_judge_data, warmup_rows, write_kind_world
 from tiny_world.recipe.trainers import check_group, grpo_config, recipe_judge, sft_config
 
@@ -29,74 +29,56 @@ RENAMED: dict[str, str] = {
 """The recipe's old field names (before each took TRL's name) → the new ones; configs may still use them."""
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass
 class TinyJudgeRecipe:
     """Every choice of the recipe that teaches a tiny judge, with the defaults measured in docs/learning.md
     (0.85 held-out over attribute, count and spatial questions in about 690 s on 2 cores)."""
 
-    kinds: list[str] = field(
-        default_factory=lambda: ["attribute", "count", "spatial"],
-        metadata=_help("world question kinds the judge learns (ocr and arithmetic are harder)"),
+    kinds: list[str] = setting(
+        help="world question kinds the judge learns (ocr and arithmetic are harder)",
+        factory=lambda: ["attribute", "count", "spatial"],
     )
-    world_n: int = field(default=4000, metadata=_help("world records of those kinds"))
-    image_size: int = field(default=84, metadata=_help("picture side in px (84 px → 9 image tokens)"))
-    shaded: bool = field(
-        default=True, metadata=_help("each grid cell on its own pale background, so positions show in the pixels")
+    world_n: int = setting(4000, "world records of those kinds")
+    image_size: int = setting(84, "picture side in px (84 px → 9 image tokens)")
+    shaded: bool = setting(True, "each grid cell on its own pale background, so positions show in the pixels")
+    negatives_n: int = setting(3, "exact negatives per record")
+    max_options: int = setting(2, "options per MC item (the tiny judge learns pairs)")
+    val_fraction: float = setting(0.08, "share of records held out (validation split)")
+    reasoner_style: str = setting(
+        "checks", "trace layout: checks (image facts keyed by shape, then each option checked fact by fact)"
     )
-    negatives_n: int = field(default=3, metadata=_help("exact negatives per record"))
-    max_options: int = field(default=2, metadata=_help("options per MC item (the tiny judge learns pairs)"))
-    val_fraction: float = field(default=0.08, metadata=_help("share of records held out (validation split)"))
-    reasoner_style: str = field(
-        default="checks",
-        metadata=_help("trace layout: checks (image facts keyed by shape, then each option checked fact by fact)"),
+    describe_share: float = setting(0.0, "share of SFT examples asking for a description")
+    traces: str = setting(
+        "exact",
+        "SFT traces: exact (the scene reasoner's) or distilled (the paper's: described with errors, "
+        "reasoned from the description with a hint, filtered)",
     )
-    describe_share: float = field(default=0.0, metadata=_help("share of SFT examples asking for a description"))
-    traces: str = field(
-        default="exact",
-        metadata=_help(
-            "SFT traces: exact (the scene reasoner's) or distilled (the paper's: described with errors, "
-            "reasoned from the description with a hint, filtered)"
-        ),
+    describe_error_rate: float = setting(
+        0.0, "distilled traces: the describer's per-fact error rate (0: exact descriptions)"
     )
-    describe_error_rate: float = field(
-        default=0.0, metadata=_help("distilled traces: the describer's per-fact error rate (0: exact descriptions)")
+    judge_size: str = setting("small", "tiny-model size of the judge")
+    judge_max_new_tokens: int | None = setting(
+        None, "judge reasoning budget in tokens (default: the trace layout's, TRACE_TOKENS)"
     )
-    judge_size: str = field(default="small", metadata=_help("tiny-model size of the judge"))
-    judge_max_new_tokens: int | None = field(
-        default=None, metadata=_help("judge reasoning budget in tokens (default: the trace layout's, TRACE_TOKENS)")
+    vision_warmup_steps: int = setting(1500, "perception warm-up steps before SFT, then the tower is frozen; 0: none")
+    train_vision: bool = setting(False, "train the vision tower in SFT and GRPO too (default: frozen after a warm-up)")
+    vision_learning_rate: float | None = setting(None, "vision tower learning rate in SFT (default: sft_learning_rate)")
+    sft_max_steps: int = setting(1500, "warm-up SFT optimizer steps (SFT's max_steps)")
+    sft_learning_rate: float = setting(1e-3, "SFT learning rate (warmup-stable-decay; SFT's learning_rate)")
+    per_device_train_batch_size: int = setting(16, "SFT and judge-GRPO batch")
+    pool_n: int = setting(
+        400, "fresh world records drawn for judge GRPO's own pool (filtered by the SFT judge; 0: none)"
     )
-    vision_warmup_steps: int = field(
-        default=1500, metadata=_help("perception warm-up steps before SFT, then the tower is frozen; 0: none")
+    grpo_max_steps: int = setting(100, "judge GRPO steps (GRPO's max_steps; 0 skips GRPO)")
+    grpo_learning_rate: float = setting(3e-5, "judge GRPO learning rate (GRPO's learning_rate)")
+    grpo_beta: float = setting(0.02, "judge GRPO's KL coefficient (GRPO's beta)")
+    grpo_loss_type: str = setting("grpo", "judge GRPO's loss_type (the paper describes GRPO)")
+    grpo_warmup_steps: float = setting(
+        0.1, "judge GRPO lr warm-up: steps, or a share of max_steps below 1 (warmup_steps)"
     )
-    train_vision: bool = field(
-        default=False, metadata=_help("train the vision tower in SFT and GRPO too (default: frozen after a warm-up)")
-    )
-    vision_learning_rate: float | None = field(
-        default=None, metadata=_help("vision tower learning rate in SFT (default: sft_learning_rate)")
-    )
-    sft_max_steps: int = field(default=1500, metadata=_help("warm-up SFT optimizer steps (SFT's max_steps)"))
-    sft_learning_rate: float = field(
-        default=1e-3, metadata=_help("SFT learning rate (warmup-stable-decay; SFT's learning_rate)")
-    )
-    per_device_train_batch_size: int = field(default=16, metadata=_help("SFT and judge-GRPO batch"))
-    pool_n: int = field(
-        default=400,
-        metadata=_help("fresh world records drawn for judge GRPO's own pool (filtered by the SFT judge; 0: none)"),
-    )
-    grpo_max_steps: int = field(default=100, metadata=_help("judge GRPO steps (GRPO's max_steps; 0 skips GRPO)"))
-    grpo_learning_rate: float = field(default=3e-5, metadata=_help("judge GRPO learning rate (GRPO's learning_rate)"))
-    grpo_beta: float = field(default=0.02, metadata=_help("judge GRPO's KL coefficient (GRPO's beta)"))
-    grpo_loss_type: str = field(default="grpo", metadata=_help("judge GRPO's loss_type (the paper describes GRPO)"))
-    grpo_warmup_steps: float = field(
-        default=0.1, metadata=_help("judge GRPO lr warm-up: steps, or a share of max_steps below 1 (warmup_steps)")
-    )
-    grpo_temperature: float = field(default=0.7, metadata=_help("judge GRPO's sampling temperature (temperature)"))
-    num_generations: int = field(default=8, metadata=_help("completions per prompt in judge GRPO (the group size)"))
-    seed: int = field(default=0, metadata=_help("seeds the world, the judge, the splits and the trainers"))
+    grpo_temperature: float = setting(0.7, "judge GRPO's sampling temperature (temperature)")
+    num_generations: int = setting(8, "completions per prompt in judge GRPO (the group size)")
+    seed: int = setting(0, "seeds the world, the judge, the splits and the trainers")
 
     def __post_init__(self) -> None:
         from data_synthesis.world import REASONER_STYLES, TASK_KINDS

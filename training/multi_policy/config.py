@@ -19,13 +19,13 @@ import dataclasses
 import re
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
 
-from judge.config import ConfigError, config_values, parse_key_values
+from judge.config import ConfigError, config_values, parse_key_values, setting
 
 __all__ = ["GRPO_FIELDS", "LOSS_TYPES", "SCALE_REWARDS", "MultiPolicyConfig", "PolicySpec", "load_multi_policy_config"]
 
@@ -69,10 +69,7 @@ def _grpo_fields() -> list[tuple[str, Any, Any]]:
         (
             name,
             types[name],
-            field(
-                default=_DEFAULTS.get(name, trl[name].default),
-                metadata={"help": trl[name].metadata["help"] + _NOTES.get(name, "")},
-            ),
+            setting(_DEFAULTS.get(name, trl[name].default), trl[name].metadata["help"] + _NOTES.get(name, "")),
         )
         for name in GRPO_FIELDS
     ]
@@ -85,42 +82,34 @@ _PolicyGRPOFields = dataclasses.make_dataclass("PolicyGRPOFields", _grpo_fields(
 class PolicySpec(_PolicyGRPOFields):
     """One policy: its data, its reward, its LoRA adapter and its own GRPO and optimiser settings (`GRPO_FIELDS`)."""
 
-    name: str = field(metadata={"help": "Policy name: the adapter's name and its policy in the adapter store."})
-    train_file: str = field(
-        metadata={"help": "Prompts JSONL ({prompt | question, answer?}), as for `mrjudge train policy`."}
-    )
-    init_from: str | None = field(
-        default=None,
-        metadata={
-            "help": "Continue a revision in the run's adapter store (`policy`, `policy@alias`, `policy@id`): its "
-            "weights, rank and targets (the lora_* fields are then ignored); exports name it as their parent."
-        },
+    name: str = setting(help="Policy name: the adapter's name and its policy in the adapter store.")
+    train_file: str = setting(help="Prompts JSONL ({prompt | question, answer?}), as for `mrjudge train policy`.")
+    init_from: str | None = setting(
+        None,
+        "Continue a revision in the run's adapter store (`policy`, `policy@alias`, `policy@id`): its "
+        "weights, rank and targets (the lora_* fields are then ignored); exports name it as their parent.",
     )
     # Rollouts (the GRPOConfig ones: num_generations, max_completion_length, temperature)
-    prompts_per_step: int = field(default=4, metadata={"help": "Prompts per GRPO step (each gives a group)."})
-    max_prompt_length: int = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
+    prompts_per_step: int = setting(4, "Prompts per GRPO step (each gives a group).")
+    max_prompt_length: int = setting(256, "Prompt tokens kept (the last ones).")
     # Reward
-    reward: str = field(
-        default="training.multi_policy.rewards:reference_f1",
-        metadata={
-            "help": "`module:callable` with TRL's reward signature (completions, prompts, **columns), or "
-            "`judge` for the judge reward server at judge_server_url."
-        },
+    reward: str = setting(
+        "training.multi_policy.rewards:reference_f1",
+        "`module:callable` with TRL's reward signature (completions, prompts, **columns), or "
+        "`judge` for the judge reward server at judge_server_url.",
     )
-    reward_kwargs: dict[str, Any] = field(
-        default_factory=dict, metadata={"help": "Keyword arguments when `reward` names a class or factory."}
+    reward_kwargs: dict[str, Any] = setting(
+        help="Keyword arguments when `reward` names a class or factory.", factory=dict
     )
-    judge_server_url: str | None = field(default=None, metadata={"help": "With reward=judge: `mrjudge serve` root."})
-    judge_mode: str = field(default="listwise", metadata={"help": "With reward=judge: listwise, pairwise, tournament."})
-    judge_reference_column: str | None = field(
-        default="answer", metadata={"help": "With reward=judge: the reference column (pairwise mode)."}
-    )
+    judge_server_url: str | None = setting(None, "With reward=judge: `mrjudge serve` root.")
+    judge_mode: str = setting("listwise", "With reward=judge: listwise, pairwise, tournament.")
+    judge_reference_column: str | None = setting("answer", "With reward=judge: the reference column (pairwise mode).")
     # LoRA
-    lora_r: int = field(default=8, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha."})
-    lora_target_modules: list[str] | str = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        metadata={"help": "Modules the adapter wraps (a list, or `all-linear`)."},
+    lora_r: int = setting(8, "LoRA rank.")
+    lora_alpha: int = setting(16, "LoRA alpha.")
+    lora_target_modules: list[str] | str = setting(
+        help="Modules the adapter wraps (a list, or `all-linear`).",
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
     )
 
     def __post_init__(self) -> None:
@@ -157,30 +146,25 @@ class PolicySpec(_PolicyGRPOFields):
 class MultiPolicyConfig:
     """The run: one base model in memory, the policies trained over it, and how the steps are batched."""
 
-    model_name_or_path: str = field(metadata={"help": "Base model every adapter sits on (a causal text LM)."})
-    policies: list[PolicySpec] = field(metadata={"help": "The policies: a list of PolicySpec mappings."})
-    output_dir: str = field(default="runs/policies", metadata={"help": "Logs, status and (default) adapter store."})
-    max_steps: int = field(default=20, metadata={"help": "GRPO steps per policy."})
-    concurrent: bool = field(
-        default=True,
-        metadata={"help": "Step all policies together in mixed-adapter batches; false trains them one after another."},
+    model_name_or_path: str = setting(help="Base model every adapter sits on (a causal text LM).")
+    policies: list[PolicySpec] = setting(help="The policies: a list of PolicySpec mappings.")
+    output_dir: str = setting("runs/policies", "Logs, status and (default) adapter store.")
+    max_steps: int = setting(20, "GRPO steps per policy.")
+    concurrent: bool = setting(
+        True, "Step all policies together in mixed-adapter batches; false trains them one after another."
     )
-    forward_batch_rows: int | None = field(
-        default=None,
-        metadata={
-            "help": "Rows per training forward/backward (mixed across policies); default: the largest policy's "
-            "rows per step, so concurrent activations peak no higher than one policy's."
-        },
+    forward_batch_rows: int | None = setting(
+        None,
+        "Rows per training forward/backward (mixed across policies); default: the largest policy's "
+        "rows per step, so concurrent activations peak no higher than one policy's.",
     )
-    adapter_store: str | None = field(
-        default=None, metadata={"help": "Adapter store revisions go to (default: OUTPUT_DIR/adapters)."}
-    )
-    save_steps: int = field(default=0, metadata={"help": "Export a revision every N steps (0: only at the end)."})
-    logging_steps: int = field(default=1, metadata={"help": "Print a line per policy every N steps (0: quiet)."})
-    device: str | None = field(default=None, metadata={"help": "cpu or cuda (default: cuda when available)."})
-    dtype: str = field(default="float32", metadata={"help": "Base and adapter dtype: float32 or bfloat16."})
-    policy_defaults: dict[str, Any] = field(
-        default_factory=dict, metadata={"help": "PolicySpec fields every policy gets unless it sets its own."}
+    adapter_store: str | None = setting(None, "Adapter store revisions go to (default: OUTPUT_DIR/adapters).")
+    save_steps: int = setting(0, "Export a revision every N steps (0: only at the end).")
+    logging_steps: int = setting(1, "Print a line per policy every N steps (0: quiet).")
+    device: str | None = setting(None, "cpu or cuda (default: cuda when available).")
+    dtype: str = setting("float32", "Base and adapter dtype: float32 or bfloat16.")
+    policy_defaults: dict[str, Any] = setting(
+        help="PolicySpec fields every policy gets unless it sets its own.", factory=dict
     )
 
     def __post_init__(self) -> None:

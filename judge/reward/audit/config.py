@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
+
+from judge.config import setting
 
 __all__ = ["GUARD_ACTIONS", "AuditConfig"]
 
@@ -14,41 +16,26 @@ GUARD_ACTIONS = ("warn", "stop", "keep-best")
 class AuditConfig:
     """The reward audit's settings; an `auditor` turns it on (`AuditConfig.from_value` reads a dict or None)."""
 
-    auditor: str | None = field(
-        default=None,
-        metadata={
-            "help": "who scores the gold: answer_key (exact match with the reference), answer_key:pkg.mod:fn (a "
-            "verifiable task's own check: fn(prompt, completion, reference) -> float in [0, 1]), "
-            "judge_url:http://host:port (a stronger judge behind /v1/reward) or self (the same judge asked "
-            "again: shows instability only)"
-        },
+    auditor: str | None = setting(
+        None,
+        "who scores the gold: answer_key (exact match with the reference), answer_key:pkg.mod:fn (a "
+        "verifiable task's own check: fn(prompt, completion, reference) -> float in [0, 1]), "
+        "judge_url:http://host:port (a stronger judge behind /v1/reward) or self (the same judge asked "
+        "again: shows instability only)",
     )
-    audit_rate: float = field(default=0.05, metadata={"help": "share of judged groups audited (a seeded draw)"})
-    seed: int = field(default=0, metadata={"help": "seeds which groups are audited"})
-    window: int = field(
-        default=10, metadata={"help": "steps (TRL), or requests (the server), that make one window of figures"}
+    audit_rate: float = setting(0.05, "share of judged groups audited (a seeded draw)")
+    seed: int = setting(0, "seeds which groups are audited")
+    window: int = setting(10, "steps (TRL), or requests (the server), that make one window of figures")
+    queue_size: int = setting(64, "audited groups waiting for the auditor; beyond it work is dropped, counted")
+    answer_column: str | None = setting(None, "dataset column with the gold answer (default: the reward's reference)")
+    path: str | None = setting(None, "audit.jsonl to append every audited sample to (and audit_windows.jsonl)")
+    guard: str = setting("warn", "what the alarm does: warn, stop or keep-best")
+    overpay_margin: float = setting(0.15, "the alarm fires when overpay rises this much above its first window's")
+    gold_drop: float = setting(
+        0.1, "share of its peak the smoothed gold must lose (while the judge's reward does not fall)"
     )
-    queue_size: int = field(
-        default=64, metadata={"help": "audited groups waiting for the auditor; beyond it work is dropped, counted"}
-    )
-    answer_column: str | None = field(
-        default=None, metadata={"help": "dataset column with the gold answer (default: the reward's reference)"}
-    )
-    path: str | None = field(
-        default=None, metadata={"help": "audit.jsonl to append every audited sample to (and audit_windows.jsonl)"}
-    )
-    guard: str = field(default="warn", metadata={"help": "what the alarm does: warn, stop or keep-best"})
-    overpay_margin: float = field(
-        default=0.15, metadata={"help": "the alarm fires when overpay rises this much above its first window's"}
-    )
-    gold_drop: float = field(
-        default=0.1,
-        metadata={"help": "share of its peak the smoothed gold must lose (while the judge's reward does not fall)"},
-    )
-    trend_windows: int = field(default=3, metadata={"help": "closed windows each trend is fitted on"})
-    min_samples: int = field(
-        default=8, metadata={"help": "audited completions a window needs before the guard reads it"}
-    )
+    trend_windows: int = setting(3, "closed windows each trend is fitted on")
+    min_samples: int = setting(8, "audited completions a window needs before the guard reads it")
 
     def __post_init__(self) -> None:
         from judge.reward.audit.auditors import check_auditor

@@ -12,9 +12,10 @@ and checks it at once; `spec.build(...)` makes the reward function (`judge.rewar
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from judge.config import setting
 from judge.reward.audit import AuditConfig
 from judge.reward.trl.base import GroupedJudgeReward, check_reward_options
 from judge.reward.wire import API_KEY_ENV, RetryPolicy, check_keys, server_api_key, server_urls
@@ -28,37 +29,26 @@ class _RewardOptions:
 
     transport: ClassVar[str]
     target: ClassVar[str]  # the transport's one required key: where the judge is
-    mode: str = field(
-        default="listwise",
-        metadata={"help": "listwise (the group as one MC question), pairwise (vs the reference) or tournament."},
+    mode: str = setting(
+        "listwise", "listwise (the group as one MC question), pairwise (vs the reference) or tournament."
     )
-    tournament: str = field(
-        default="knockout", metadata={"help": "Tournament format: knockout (G - 1 games) or round_robin (G(G - 1)/2)."}
+    tournament: str = setting("knockout", "Tournament format: knockout (G - 1 games) or round_robin (G(G - 1)/2).")
+    reference_column: str | None = setting("answer", "Column of reference answers (pairwise mode, lone completions).")
+    max_options: int = setting(8, "Judge's option limit; larger listwise groups play a knock-out instead.")
+    cap_at_reference: bool = setting(
+        False,
+        "Pairwise: reward min(1, 2p), p the judge's probability of beating the reference: a tie with "
+        "the reference earns full reward, fooling the judge past it nothing more.",
     )
-    reference_column: str | None = field(
-        default="answer", metadata={"help": "Column of reference answers (pairwise mode, lone completions)."}
+    retry: RetryPolicy = setting(
+        help=f"Retries of failed judging: {{{', '.join(RetryPolicy.keys())}}}; then the group gets None.",
+        factory=RetryPolicy,
     )
-    max_options: int = field(
-        default=8, metadata={"help": "Judge's option limit; larger listwise groups play a knock-out instead."}
-    )
-    cap_at_reference: bool = field(
-        default=False,
-        metadata={
-            "help": "Pairwise: reward min(1, 2p), p the judge's probability of beating the reference: a tie with "
-            "the reference earns full reward, fooling the judge past it nothing more."
-        },
-    )
-    retry: RetryPolicy = field(
-        default_factory=RetryPolicy,
-        metadata={"help": f"Retries of failed judging: {{{', '.join(RetryPolicy.keys())}}}; then the group gets None."},
-    )
-    audit: dict[str, Any] | None = field(
-        default=None,
-        metadata={
-            "help": "Audit a seeded share of judged groups beside the reward (judge.reward.audit): {auditor: "
-            "answer_key | answer_key:pkg.mod:fn | judge_url:URL | self, audit_rate: 0.05, guard: warn | stop | "
-            "keep-best, path: …/audit.jsonl, …}. Figures are logged as judge/audit/…."
-        },
+    audit: dict[str, Any] | None = setting(
+        None,
+        "Audit a seeded share of judged groups beside the reward (judge.reward.audit): {auditor: "
+        "answer_key | answer_key:pkg.mod:fn | judge_url:URL | self, audit_rate: 0.05, guard: warn | stop | "
+        "keep-best, path: …/audit.jsonl, …}. Figures are logged as judge/audit/….",
     )
 
     def __post_init__(self) -> None:
@@ -100,24 +90,19 @@ class _RewardOptions:
 class HttpRewardSpec(_RewardOptions):
     """The judge behind a reward server (`mrjudge serve`), shared by every training process."""
 
-    url: str | list[str] = field(
-        metadata={
-            "help": "Reward server root, e.g. http://judge-node:8000; or several replicas, a list or comma-separated "
-            "(each group goes whole to the one with the fewest requests outstanding; a failed one is skipped)."
-        }
+    url: str | list[str] = setting(
+        help="Reward server root, e.g. http://judge-node:8000; or several replicas, a list or comma-separated "
+        "(each group goes whole to the one with the fewest requests outstanding; a failed one is skipped)."
     )
-    api_key_env: str = field(
-        default=API_KEY_ENV,
-        metadata={"help": "Environment variable holding the server's key (the key never enters a config file)."},
+    api_key_env: str = setting(
+        API_KEY_ENV, "Environment variable holding the server's key (the key never enters a config file)."
     )
-    max_concurrency: int = field(default=16, metadata={"help": "Reward requests in flight per process."})
-    send_image_paths: bool = field(
-        default=False,
-        metadata={"help": "Send image paths as they are, for the server to read under its --allow-local-images."},
+    max_concurrency: int = setting(16, "Reward requests in flight per process.")
+    send_image_paths: bool = setting(
+        False, "Send image paths as they are, for the server to read under its --allow-local-images."
     )
-    replica_cooloff_s: float = field(
-        default=5.0,
-        metadata={"help": "With several urls: how long a replica that failed is skipped (doubling, up to 60 s)."},
+    replica_cooloff_s: float = setting(
+        5.0, "With several urls: how long a replica that failed is skipped (doubling, up to 60 s)."
     )
 
     transport: ClassVar[str] = "http"
@@ -168,20 +153,14 @@ class HttpRewardSpec(_RewardOptions):
 class InProcessRewardSpec(_RewardOptions):
     """A judge loaded in every training process (its memory and time are the training's)."""
 
-    model: str = field(metadata={"help": "Judge model: a folder / hub id / LoRA adapter folder, or an OpenAI /v1 URL."})
-    backend: str | None = field(
-        default=None, metadata={"help": "Engine: hf, openai or vllm (default: openai for URLs, else hf)."}
+    model: str = setting(help="Judge model: a folder / hub id / LoRA adapter folder, or an OpenAI /v1 URL.")
+    backend: str | None = setting(None, "Engine: hf, openai or vllm (default: openai for URLs, else hf).")
+    device: str | None = setting(None, "An hf judge's device (default: this process's training device).")
+    config_file: str | None = setting(
+        None, "YAML of JudgeConfig fields (the prompt wording the judge was trained on, …)."
     )
-    device: str | None = field(
-        default=None, metadata={"help": "An hf judge's device (default: this process's training device)."}
-    )
-    config_file: str | None = field(
-        default=None,
-        metadata={"help": "YAML of JudgeConfig fields (the prompt wording the judge was trained on, …)."},
-    )
-    judge: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "JudgeConfig fields over config_file, e.g. {orders: 2, max_new_tokens: 512, batch_size: 8}."},
+    judge: dict[str, Any] = setting(
+        help="JudgeConfig fields over config_file, e.g. {orders: 2, max_new_tokens: 512, batch_size: 8}.", factory=dict
     )
 
     transport: ClassVar[str] = "in_process"
