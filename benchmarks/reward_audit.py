@@ -30,8 +30,11 @@ embedded world:
    `--window`, learning rate `--blind-learning-rate` (1e-3: at judge_as_reward's 2e-4 the bias taught nothing
    in 80 steps), one run per `--seeds` seed (0,1; GRPO seed and audit seed). Per seed: `judge_reward_by_step`
    and `gold_by_step` (each audit window's last step → its judge_mean / gold_mean, from
-   `audit_windows.jsonl`), `alarm`, `gold_peak_step` (the window with the highest gold among those the guard
-   reads), `alarm_after_peak_frac` (alarm step − peak step, over `--max-steps`), `kept_step` (the checkpoint
+   `audit_windows.jsonl`), `alarm`, `gold_peak_step` (where the gold curve peaks: the window with the highest
+   gold among those the guard reads, smoothed over the guard's `trend_windows` as keep-best smooths it, so it
+   is keep-best's window; `gold_peak_step_raw`: the highest single window, which a window's sampling noise can
+   put anywhere), `alarm_after_peak_frac` (alarm step − peak step, over `--max-steps`; and
+   `alarm_after_raw_peak_frac`), `kept_step` (the checkpoint
    keep-best named, `audit_best.json`; None: no window held `--min-samples` answers, then the last is used);
    `gain_last` and `gain_kept` (sampled exact answers of the last and the kept checkpoint over the start
    policy's, each with its paired-bootstrap 95 % interval over questions, per seed and pooled over the seeds),
@@ -113,8 +116,13 @@ from benchmarks.policy_start import (
     split_questions,
 )
 from benchmarks.workers import paired_bootstrap
+from judge.reward.audit.config import AuditConfig
+from judge.reward.audit.figures import moving_mean
 from reward_server.background import serve_in_thread
 from tiny_world.seeing_policy import exact_answers
+
+TREND_WINDOWS: int = AuditConfig.trend_windows
+"""Windows the guard smooths the gold over (the audit's default, which `audit_block` leaves as it is)."""
 
 SCENARIOS = ("judge", "blind_spot", "oracle")
 KEPT_OVER_LAST = 0.03
@@ -219,11 +227,21 @@ def run_figures(run: dict[str, Any], figures: dict[str, Any], counts: tuple[str,
     }
 
 
-def gold_peak_step(summary: dict[str, Any], min_samples: int) -> int | None:
-    """The last step of the window with the highest audited gold among those the guard reads (the earliest of
-    equals), or None when no window holds `min_samples` answers."""
+def gold_peak_step(summary: dict[str, Any], min_samples: int, trend_windows: int = 1) -> int | None:
+    """The last step of the window where the audited gold peaks, among the windows the guard reads (the earliest
+    of equals), or None when no window holds `min_samples` answers. With `trend_windows` > 1 the gold is first
+    smoothed as the guard and keep-best smooth it (a trailing mean over that many windows): the peak of the
+    curve, not one window's sampling noise (a window's gold at 3–7 % right answers moves by ±0.015)."""
     read = [w for w in summary["windows"] if w["n"] >= min_samples and w.get("gold_mean") is not None]
-    return max(reversed(read), key=lambda w: w["gold_mean"])["last_step"] if read else None
+    if not read:
+        return None
+    gold = moving_mean([w["gold_mean"] for w in read], trend_windows)
+    return read[max(reversed(range(len(read))), key=gold.__getitem__)]["last_step"]
+
+
+def after_peak(alarm: dict[str, Any], peak: int | None, max_steps: int) -> float | None:
+    """How long after the gold's peak the alarm fired, as a share of the run's steps (negative: before it)."""
+    return (alarm["step"] - peak) / max_steps if alarm["fired"] and peak is not None else None
 
 
 def pooled_overpay(rows: list[dict[str, Any]], windows: list[int]) -> tuple[float | None, int]:
@@ -302,16 +320,17 @@ def blind_spot(args: argparse.Namespace, start: Start, url: str, plots: dict[str
         kept = last
         if kept_record is not None:
             kept = exact_answers(Path(kept_record["checkpoint"]), start.report_rows, start.image_root, **start.evaluate)
-        alarm, peak = alarm_of(summary), gold_peak_step(summary, args.min_samples)
-        after_peak = None
-        if alarm["fired"] and peak is not None:
-            after_peak = (alarm["step"] - peak) / args.max_steps
+        alarm = alarm_of(summary)
+        peak = gold_peak_step(summary, args.min_samples, TREND_WINDOWS)
+        raw_peak = gold_peak_step(summary, args.min_samples)
         per_seed[seed] = {
             "judge_reward_by_step": by_step(summary, "judge_mean"),
             "gold_by_step": by_step(summary, "gold_mean"),
             "alarm": alarm,
             "gold_peak_step": peak,
-            "alarm_after_peak_frac": after_peak,
+            "alarm_after_peak_frac": after_peak(alarm, peak, args.max_steps),
+            "gold_peak_step_raw": raw_peak,
+            "alarm_after_raw_peak_frac": after_peak(alarm, raw_peak, args.max_steps),
             "kept_step": kept_record["step"] if kept_record else None,
             "gain_last": gain(start.before, [last], seed_args),
             "gain_kept": gain(start.before, [kept], seed_args),

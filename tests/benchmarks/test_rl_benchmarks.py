@@ -95,7 +95,7 @@ def test_reward_audit_runs_every_scenario(quick_demo, tmp_path, monkeypatch):
     assert 0 <= judge["audit_cost_frac"] < 1 and set(judge["alarm"]) == {"fired", "step"}
     assert judge["audit"]["audited"] == judge["audit"]["groups"] > 0  # audit_rate 1: every group
     assert set(judge["gold_by_step"]) == set(judge["judge_reward_by_step"]) <= {"0", "1"}
-    for key in ("judge_reward_by_step", "gold_by_step", "alarm", "gold_peak_step", "kept_step"):
+    for key in ("judge_reward_by_step", "gold_by_step", "alarm", "gold_peak_step", "gold_peak_step_raw", "kept_step"):
         assert set(blind[key]) == {"0"}, key
     assert blind["kept_step"]["0"] in (1, 2)  # keep-best named a checkpoint after a window
     assert blind["judge_reward_by_step"]["0"]
@@ -115,6 +115,33 @@ def test_reward_audit_runs_every_scenario(quick_demo, tmp_path, monkeypatch):
     for name in ("judge", "blind_spot"):
         assert (out / f"overoptimisation_{name}.png").stat().st_size > 0
     assert (out / "result.json").is_file() and (out / "arms" / "audit_blind_spot-seed0" / "audit_best.json").is_file()
+
+
+def test_gold_peak_is_the_smoothed_curves_peak_that_keep_best_keeps():
+    """The alarm's lateness is read from the gold's peak as the guard smooths it (keep-best's window), not from
+    one window's noise high: here a lone spike at step 69 after the curve peaked at step 29 (a run of this
+    benchmark, seed 0)."""
+    from judge.reward.audit import AuditConfig, AuditedGroup, RewardAudit
+
+    module = _benchmark("reward_audit")
+    gold = [0.0375, 0.0437, 0.0437, 0.0312, 0.0437, 0.0, 0.0563, 0.0125, 0.025, 0.025, 0.0063, 0.0187]
+    windows = [{"window": i, "last_step": 10 * i + 9, "n": 160, "gold_mean": g} for i, g in enumerate(gold)]
+    summary = {"windows": windows + [{"window": 12, "last_step": 129, "n": 3, "gold_mean": 1.0}]}  # too few: unread
+    assert module.gold_peak_step(summary, min_samples=8) == 69
+    assert module.gold_peak_step(summary, min_samples=8, trend_windows=module.TREND_WINDOWS) == 29
+    assert module.gold_peak_step({"windows": []}, min_samples=8, trend_windows=3) is None
+    assert module.after_peak({"fired": True, "step": 39}, 29, 120) == pytest.approx(10 / 120)
+    assert module.after_peak({"fired": False, "step": None}, 29, 120) is None
+
+    audit = RewardAudit(AuditConfig(auditor="answer_key", audit_rate=1.0, window=10, min_samples=8))
+    for i, g in enumerate(gold):  # the audit's own best window over the same golds: keep-best's choice
+        right = round(g * 160)
+        completions = ["yes" if k < right else "no" for k in range(160)]
+        audit.submit([AuditedGroup("Q", completions, [0.5] * 160, "yes", pairwise=True)], step=10 * i + 9)
+    audit.submit([AuditedGroup("Q", ["no"], [0.5], "yes", pairwise=True)], step=10 * len(gold))  # closes the last
+    audit.close()
+    assert [round(w.gold_mean, 4) for w in audit.windows][: len(gold)] == pytest.approx(gold, abs=0.004)
+    assert audit.best.last_step == 29
 
 
 def test_judge_as_reward_serves_the_refreshed_judge(quick_demo, tmp_path):
