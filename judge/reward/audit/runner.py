@@ -82,7 +82,7 @@ class RewardAudit:
         self._kl: dict[int, list[float]] = {}
         self._warned_windows: set[int] = set()
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[int, AuditedGroup] | None] = queue.Queue(maxsize=config.queue_size)
+        self._queue: queue.Queue[tuple[int, int, AuditedGroup] | None] = queue.Queue(maxsize=config.queue_size)
         self._worker: threading.Thread | None = None
         self._seen = 0
         self.worker_s = 0.0
@@ -106,11 +106,11 @@ class RewardAudit:
                 k, self._seen = self._seen, self._seen + 1
                 self.counts["groups"] += 1
                 if self.selected(k):
-                    picks.append(group)
-        for group in picks:
+                    picks.append((k, group))
+        for k, group in picks:
             self._start()
             try:
-                self._queue.put_nowait((step, group))
+                self._queue.put_nowait((step, k, group))
                 queued += 1
             except queue.Full:
                 with self._lock:
@@ -196,7 +196,7 @@ class RewardAudit:
             finally:
                 self._queue.task_done()
 
-    def _audit(self, step: int, group: AuditedGroup) -> None:
+    def _audit(self, step: int, k: int, group: AuditedGroup) -> None:
         window = step // self.config.window
         try:
             gold = list(self.auditor(group.prompt, group.images, group.completions, group.reference))
@@ -213,7 +213,7 @@ class RewardAudit:
         even = 0.5 if group.pairwise else 1 / max(1, group.group_size or len(group.completions))
         scored = [Scored(r, g, even) for r, g in zip(group.rewards, gold)]
         try:
-            self._write(step, window, group, gold, even)
+            self._write(step, window, k, group, gold, even)
         except OSError as exc:  # a full disk costs the file its lines, not the worker its life
             with self._lock:
                 self.counts["write_errors"] += 1
@@ -229,7 +229,9 @@ class RewardAudit:
             steps.append(step)
             samples.extend(scored)
 
-    def _write(self, step: int, window: int, group: AuditedGroup, gold: list[float | None], even: float) -> None:
+    def _write(
+        self, step: int, window: int, k: int, group: AuditedGroup, gold: list[float | None], even: float
+    ) -> None:
         if self.path is None:
             return
         images = [_image_ref(ref) for ref in group.images]
@@ -238,6 +240,7 @@ class RewardAudit:
                 {
                     "step": step,
                     "window": window,
+                    "group": k,
                     "prompt": group.prompt,
                     "images": images,
                     "completion": completion,
