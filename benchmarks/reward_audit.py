@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/reward_audit"))
     add_names_flag(parser, "--scenarios", SCENARIOS)
-    add_policy_args(parser, max_steps=80, max_steps_help="GRPO steps per run")
+    add_policy_args(parser, max_steps=120, max_steps_help="GRPO steps per run (the reported figures' 120)")
     parser.add_argument("--agreement-questions", type=int, default=64, help="questions whose samples the judge scores")
     parser.add_argument("--seed", type=int, default=0, help="GRPO seed of the judge and oracle runs; sampling seed")
     parser.add_argument("--seeds", default="0,1", help="the blind spot's GRPO (and audit) seeds, comma-separated")
