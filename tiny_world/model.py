@@ -212,15 +212,15 @@ def qwen_text_shape(
     hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int, max_positions: int = 4096
 ) -> dict[str, int]:
     """A Qwen text stack's shape under transformers' config names: the tiny models' and the benchmarks' sizes."""
-    return dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=max_positions,
-    )
+    return {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "max_position_embeddings": max_positions,
+    }
 
 
 def _text_kwargs(size: TinySize, vocab: int, tokenizer) -> dict:

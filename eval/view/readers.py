@@ -155,6 +155,22 @@ def _pair_items(data: Path, benchmark: str, section: Section) -> dict[str, tuple
     return items
 
 
+def _verdict(row: dict[str, Any], pick: str) -> dict[str, Any]:
+    """What a prediction or verdict row says of its item, as `judge_row` takes it (`pick` names the chosen
+    option's field). Votes (or an evaluation's `calls`) and raw outputs that are not lists are left out: a
+    hand-edited file loses that column, not the row."""
+    votes = row.get("votes") if isinstance(row.get("votes"), list) else row.get("calls")
+    raw = row.get("raw")
+    return {
+        "pick": row.get(pick),
+        "votes": votes if isinstance(votes, list) else None,
+        "raw": raw if isinstance(raw, list) else None,
+        "probs": row.get("probs"),
+        "consistent": row.get("consistent"),
+        "usage": row.get("usage"),
+    }
+
+
 def read_pairwise(
     predictions_path: Path, thumbs: Thumbnails, *, data: Path | None = None, image_folder: Path | None = None
 ) -> Section:
@@ -184,19 +200,13 @@ def read_pairwise(
             section.skip(f"prediction {row['id']!r}", f"no item with this id in {source.name}")
             continue
         item, data_row = found
-        votes = row.get("votes") if isinstance(row.get("votes"), list) else row.get("calls")
         section.rows.append(
             judge_row(
                 item_id=item.id,
                 question=item.query,
                 candidates=item.responses,
                 label=item.preferred,
-                pick=row.get("pred"),
-                votes=votes if isinstance(votes, list) else None,
-                raw=row.get("raw") if isinstance(row.get("raw"), list) else None,
-                probs=row.get("probs"),
-                consistent=row.get("consistent"),
-                usage=row.get("usage"),
+                **_verdict(row, "pred"),
                 config=config,
                 image=thumbs.add(item.image, base),
                 category=item.group,
@@ -264,12 +274,7 @@ def read_verdicts(path: Path, thumbs: Thumbnails, *, items: Path | None = None) 
                 question=item.question,
                 candidates=item.candidates,
                 label=item.label,
-                pick=pick,
-                votes=row.get("votes"),
-                raw=row.get("raw"),
-                probs=row.get("probs"),
-                consistent=row.get("consistent"),
-                usage=row.get("usage"),
+                **_verdict(row, "choice"),
                 config=config,
                 image=thumbs.add(item.images[0], items_path.parent) if item.images else None,
                 category=str(item.meta.get("category") or item.meta.get("source") or ""),
