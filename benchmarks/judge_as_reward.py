@@ -62,7 +62,7 @@ from benchmarks.policy_start import (
     seeing_policy,
     split_questions,
 )
-from benchmarks.workers import paired_bootstrap
+from benchmarks.workers import cluster_share_ci95, paired_bootstrap
 from reward_server.background import serve_in_thread
 from tiny_world.recipe import History
 from tiny_world.seeing_policy import (
@@ -120,25 +120,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def agreement(samples: dict[str, Any], rows: list[dict[str, Any]], reward: Any, image_root: Path) -> dict[str, Any]:
     """The judge's pairwise rewards on the policy's own sampled answers, against the answer key: `agreement`,
-    `overpaid` (wrong answers above one half), `underpaid` (right answers below a quarter)."""
+    `overpaid` (wrong answers above one half; `overpaid_ci95` resamples questions, whose answers are not
+    independent), `underpaid` (right answers below a quarter)."""
     from judge.images import load_image
     from tiny_world.synthetic_eval import normalize
 
-    completions, answers, images = [], [], []
-    for row, group in zip(rows, samples["answers"]["sampled"]):
+    completions, answers, images, questions = [], [], [], []
+    for number, (row, group) in enumerate(zip(rows, samples["answers"]["sampled"])):
         image = load_image(row["image"], image_root)
         for text in group:
             completions.append(text)
             answers.append(row["answer"])
             images.append(image)
+            questions.append(number)
     rewards = reward(prompts=[""] * len(completions), completions=completions, image=images, answer=answers)
     right = [normalize(c) == normalize(a) for c, a in zip(completions, answers)]
     scored = [(r, ok) for r, ok in zip(rewards, right) if r is not None]
     wrong = [r for r, ok in scored if not ok]
     matched = [r for r, ok in scored if ok]
+    paid = {number: [0, 0] for number in range(len(rows))}  # per question: wrong answers paid, wrong answers
+    for r, ok, number in zip(rewards, right, questions):
+        if r is not None and not ok:
+            paid[number][0] += r > 0.5
+            paid[number][1] += 1
     return {
         "agreement": round(sum((r >= 0.5) == ok for r, ok in scored) / len(scored), 4) if scored else None,
         "overpaid": round(sum(r > 0.5 for r in wrong) / len(wrong), 4) if wrong else None,
+        "overpaid_ci95": cluster_share_ci95([(h, n) for h, n in paid.values()], resamples=1000, seed=0),
         # a right answer ties the reference: its de-biased reward straddles one half; below a quarter the judge
         # clearly preferred the reference to an answer equal to it
         "underpaid": round(sum(r < 0.25 for r in matched) / len(matched), 4) if matched else None,

@@ -115,7 +115,7 @@ from benchmarks.policy_start import (
     seeing_policy,
     split_questions,
 )
-from benchmarks.workers import paired_bootstrap
+from benchmarks.workers import cluster_share_ci95, paired_bootstrap
 from judge.reward.audit.config import AuditConfig
 from judge.reward.audit.figures import moving_mean
 from reward_server.background import serve_in_thread
@@ -244,13 +244,20 @@ def after_peak(alarm: dict[str, Any], peak: int | None, max_steps: int) -> float
     return (alarm["step"] - peak) / max_steps if alarm["fired"] and peak is not None else None
 
 
-def pooled_overpay(rows: list[dict[str, Any]], windows: list[int]) -> tuple[float | None, int]:
+def pooled_overpay(rows: list[dict[str, Any]], windows: list[int]) -> tuple[float | None, int, Any]:
     """Of the audited wrong answers (gold below one half) in `windows`, the share the judge paid above one half
-    (a pairwise reward's even share), and how many wrong answers there were."""
+    (a pairwise reward's even share), how many wrong answers there were, and the share's 95 % interval
+    resampling the audited groups (rows without a group number: their step and prompt)."""
     wanted = set(windows)
     wrong = [r for r in rows if r["window"] in wanted and r["gold"] is not None and r["reward"] is not None]
     wrong = [r for r in wrong if r["gold"] < 0.5]
-    return (sum(r["reward"] > 0.5 for r in wrong) / len(wrong) if wrong else None), len(wrong)
+    groups: dict[Any, list[int]] = {}
+    for r in wrong:
+        counts = groups.setdefault(r.get("group", (r["step"], r["prompt"])), [0, 0])
+        counts[0] += r["reward"] > 0.5
+        counts[1] += 1
+    share = sum(r["reward"] > 0.5 for r in wrong) / len(wrong) if wrong else None
+    return share, len(wrong), cluster_share_ci95([(h, n) for h, n in groups.values()], resamples=1000, seed=0)
 
 
 def gain(before: dict[str, Any], afters: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
@@ -282,16 +289,18 @@ def real_judge(args: argparse.Namespace, start: Start, url: str, plots: dict[str
     summary = run["summary"]
     windows = sorted({r["window"] for r in run["rows"]})
     k = args.overpay_windows
-    first, first_n = pooled_overpay(run["rows"], windows[:k])
-    last, last_n = pooled_overpay(run["rows"], windows[-k:])
+    first, first_n, first_ci = pooled_overpay(run["rows"], windows[:k])
+    last, last_n, last_ci = pooled_overpay(run["rows"], windows[-k:])
     figures = after_figures(start.before, after, args.bootstrap, args.seed)
     plots["judge"] = (summary, "the served judge, pairwise, audited by the answer key")
     return {
         "audit_overpay_start": first,
         "audit_overpay_end": last,
         "audit_overpay_wrong": {"start": first_n, "end": last_n},
+        "audit_overpay_ci95": {"start": first_ci, "end": last_ci},
         "judge_overpaid_start": agree_start["overpaid"],
         "judge_overpaid_end": agree_end["overpaid"],
+        "judge_overpaid_ci95": {"start": agree_start["overpaid_ci95"], "end": agree_end["overpaid_ci95"]},
         "agreement_start": agree_start["agreement"],
         "agreement_end": agree_end["agreement"],
         "audit_cost_frac": run["audit_s"] / run["train_s"],

@@ -94,6 +94,21 @@ def qwen2_lm_config(
     return config
 
 
+def cluster_share_ci95(clusters: list[tuple[int, int]], resamples: int, seed: int) -> tuple[float, float] | None:
+    """95 % interval of a share sum(hits) / sum(counts) over `clusters` of (hits, count), resampling clusters:
+    the answers to one prompt are not independent, so the interval is wider than their count suggests."""
+    clusters = [c for c in clusters if c[1]]
+    if not clusters:
+        return None
+    rng, n = random.Random(seed), len(clusters)
+    shares = []
+    for _ in range(resamples):
+        drawn = [clusters[rng.randrange(n)] for _ in range(n)]
+        shares.append(sum(h for h, _ in drawn) / sum(c for _, c in drawn))
+    shares.sort()
+    return round(shares[int(0.025 * resamples)], 4), round(shares[int(0.975 * resamples) - 1], 4)
+
+
 def paired_bootstrap(base: list[float], arms: list[list[float]], resamples: int, seed: int) -> tuple[float, float]:
     """95 % interval of mean(arm − base) over pairs and arms, resampling pairs (the same draw for every arm)."""
     n = len(base)

@@ -52,3 +52,16 @@ def test_not_an_audit_file_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(path), "--rates", "0"])
     assert "--rates: each in (0, 1], not '0'" in capsys.readouterr().err
+
+
+def test_a_share_over_clusters_is_as_uncertain_as_its_clusters():
+    """Answers that come in groups (one prompt's completions) give a wider interval than as many independent
+    answers with the same share; no answers, no interval."""
+    from benchmarks.workers import cluster_share_ci95
+
+    independent = cluster_share_ci95([(1, 1)] * 40 + [(0, 1)] * 40, resamples=2000, seed=0)
+    grouped = cluster_share_ci95([(4, 4)] * 10 + [(0, 4)] * 10, resamples=2000, seed=0)
+    assert independent[0] < 0.5 < independent[1] and grouped[0] < 0.5 < grouped[1]
+    assert grouped[1] - grouped[0] > 1.5 * (independent[1] - independent[0])
+    assert cluster_share_ci95([(2, 2)] * 5, resamples=100, seed=0) == (1.0, 1.0)
+    assert cluster_share_ci95([(0, 0)], resamples=100, seed=0) is None

@@ -92,6 +92,7 @@ def test_reward_audit_runs_every_scenario(quick_demo, tmp_path, monkeypatch):
     judge, blind, oracle = result["judge"], result["blind_spot"], result["oracle"]
     for key in ("audit_overpay_start", "audit_overpay_end", "judge_overpaid_start", "judge_overpaid_end"):
         assert key in judge, key
+    assert set(judge["audit_overpay_ci95"]) == set(judge["judge_overpaid_ci95"]) == {"start", "end"}
     assert 0 <= judge["audit_cost_frac"] < 1 and set(judge["alarm"]) == {"fired", "step"}
     assert judge["audit"]["audited"] == judge["audit"]["groups"] > 0  # audit_rate 1: every group
     assert set(judge["gold_by_step"]) == set(judge["judge_reward_by_step"]) <= {"0", "1"}
