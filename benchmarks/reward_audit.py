@@ -374,6 +374,8 @@ def blind_spot(args: argparse.Namespace, start: Start, url: str, plots: dict[str
         "alarm": {s: f["alarm"] for s, f in per_seed.items()},
         "gold_peak_step": {s: f["gold_peak_step"] for s, f in per_seed.items()},
         "alarm_after_peak_frac": {s: f["alarm_after_peak_frac"] for s, f in per_seed.items()},
+        "gold_peak_step_raw": {s: f["gold_peak_step_raw"] for s, f in per_seed.items()},
+        "alarm_after_raw_peak_frac": {s: f["alarm_after_raw_peak_frac"] for s, f in per_seed.items()},
         "kept_step": {s: f["kept_step"] for s, f in per_seed.items()},
         "gain_last": {"per_seed": {s: f["gain_last"] for s, f in per_seed.items()}, "pooled": pooled_last},
         "gain_kept": {"per_seed": {s: f["gain_kept"] for s, f in per_seed.items()}, "pooled": pooled_kept},

@@ -96,7 +96,8 @@ def test_reward_audit_runs_every_scenario(quick_demo, tmp_path, monkeypatch):
     assert 0 <= judge["audit_cost_frac"] < 1 and set(judge["alarm"]) == {"fired", "step"}
     assert judge["audit"]["audited"] == judge["audit"]["groups"] > 0  # audit_rate 1: every group
     assert set(judge["gold_by_step"]) == set(judge["judge_reward_by_step"]) <= {"0", "1"}
-    for key in ("judge_reward_by_step", "gold_by_step", "alarm", "gold_peak_step", "gold_peak_step_raw", "kept_step"):
+    keys = ("judge_reward_by_step", "gold_by_step", "alarm", "gold_peak_step", "gold_peak_step_raw", "kept_step")
+    for key in keys + ("alarm_after_raw_peak_frac",):
         assert set(blind[key]) == {"0"}, key
     assert blind["kept_step"]["0"] in (1, 2)  # keep-best named a checkpoint after a window
     assert blind["judge_reward_by_step"]["0"]
