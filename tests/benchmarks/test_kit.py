@@ -124,4 +124,4 @@ def test_repeats_flag_takes_one_or_more_and_refuses_zero(capsys):
     for bad in ("0", "-1", "two"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--repeats", bad])
-    assert "argument --repeats" in capsys.readouterr().err
+    assert "argument --repeats: a whole number of at least 1, not 'two'" in capsys.readouterr().err
