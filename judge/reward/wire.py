@@ -30,10 +30,8 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-from judge.config import setting
 
 __all__ = [
     "API_KEY_ENV",
@@ -182,10 +180,12 @@ class RetryPolicy:
     (True, 7.0, 30.0)
     """
 
-    max_retries: int = setting(3, "Retries after the first attempt; then the call fails.")
-    backoff_s: float = setting(1.0, "First back-off; doubles per retry, with ±50 % jitter.")
-    max_backoff_s: float = setting(30.0, "Cap of one back-off, `Retry-After` included.")
-    timeout_s: float = setting(120.0, "Seconds per HTTP attempt.")
+    # `field(...)` here, not `judge.config.setting`: this module imports nothing of ours (the OpenRLHF file loads it
+    # by path where mr-judge is not installed)
+    max_retries: int = field(default=3, metadata={"help": "Retries after the first attempt; then the call fails."})
+    backoff_s: float = field(default=1.0, metadata={"help": "First back-off; doubles per retry, with ±50 % jitter."})
+    max_backoff_s: float = field(default=30.0, metadata={"help": "Cap of one back-off, `Retry-After` included."})
+    timeout_s: float = field(default=120.0, metadata={"help": "Seconds per HTTP attempt."})
 
     def __post_init__(self) -> None:
         if self.max_retries < 0 or self.backoff_s < 0 or self.max_backoff_s < 0 or self.timeout_s <= 0:
