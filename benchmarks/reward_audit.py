@@ -84,12 +84,10 @@ smoothed gold; they have not been rerun. A
 stronger start (`--sft-max-steps 2400`: 0.26 sampled on dev in docs/learning.md) gives the gold room to fall;
 it was not measured here.
 
-Run time: not measured whole (the machine was busy). Measured pieces on the loaded machine: the seeing policy
-417 s (warm-up 130 s, SFT 287 s), a blind-spot run 127–140 s at 80 steps and 226 s at 120 (~1.7–1.9 s a
-judge-rewarded step), an evaluation of 370 questions ~12 s. The defaults (80 steps a run: the real judge, two
-blind-spot seeds, the oracle, whose answer-key steps took ~0.3 s in judge_as_reward) then take about 10
-minutes after the seeing policy, and the bare run adds the demo's judge (~900 s on 2 cores, judge_as_reward's
-docstring): about 31 minutes by these loaded pieces, near the issue's 30; a quiet machine should be under it.
+Run time, bare at the defaults (120 steps a run) on 2 cores with nothing else running: 1,887 s. The demo's judge
+through its GRPO stage ~16 min, the seeing policy 88 s (warm-up 33 s, SFT 55 s), the three scenarios ~14 min
+(a judge-rewarded step ~1.9 s, an evaluation of 298 questions ~12 s). With `--demo` and `--judge` given and the
+policy reused from `OUT/policy`, 555 s.
 The end-to-end test (quick demo, 2 steps a run) takes 70–160 s.
 """
 
