@@ -242,7 +242,9 @@ def after_peak(alarm: dict[str, Any], peak: int | None, max_steps: int) -> float
     return (alarm["step"] - peak) / max_steps if alarm["fired"] and peak is not None else None
 
 
-def pooled_overpay(rows: list[dict[str, Any]], windows: list[int]) -> tuple[float | None, int, Any]:
+def pooled_overpay(
+    rows: list[dict[str, Any]], windows: list[int]
+) -> tuple[float | None, int, tuple[float, float] | None]:
     """Of the audited wrong answers (gold below one half) in `windows`, the share the judge paid above one half
     (a pairwise reward's even share), how many wrong answers there were, and the share's 95 % interval
     resampling the audited groups (rows without a group number: their step and prompt)."""
