@@ -74,7 +74,7 @@ def overpay(groups: Sequence[Group], windows: set[int]) -> tuple[float | None, i
 def drawn(groups: Sequence[Group], rate: float, seed: int) -> list[Group]:
     """The groups an audit with `rate` and `seed` would have scored (the audit's own seeded rule)."""
     audit = RewardAudit(AuditConfig(auditor="answer_key", audit_rate=rate, seed=seed))
-    return [group for k, group in enumerate(groups) if audit.selected(k)]
+    return [group for k, group in enumerate(groups) if audit.selected(group[0].get("group", k))]
 
 
 def spread(
@@ -99,7 +99,9 @@ def spread(
             "whole": whole,
             "wrong_mean": statistics.fmean(counts[span]) if values else 0.0,
             "sd": sd,
-            "within": sum(abs(v - whole) <= tolerance for v in values) / len(values) if values and whole else None,
+            "within": (
+                sum(abs(v - whole) <= tolerance for v in values) / len(values) if values and whole is not None else None
+            ),
             "no_wrong_answer": 1 - len(values) / draws,
             # the spread shrinks as one over the root of the audited groups
             "groups_for_tolerance": round(in_windows * (1.96 * sd / tolerance) ** 2) if sd > 0 else None,
@@ -122,6 +124,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not all(0 < rate <= 1 for rate in rates):
         parser.error(f"--rates: each in (0, 1], not {args.rates!r}")
     groups = read_groups(args.audit)
+    numbers = [group[0]["group"] for group in groups if "group" in group[0]]
+    if numbers and numbers != list(range(len(groups))):
+        missing = sorted(set(range(max(numbers) + 1)) - set(numbers))[:5]
+        raise SystemExit(
+            f"{args.audit}: groups {missing} … are missing: it was not written at audit_rate 1.0, and a share can "
+            "only be drawn again from a whole audit (run with `audit_rate: 1.0`)"
+        )
     windows = sorted({row["window"] for group in groups for row in group})
     spans = {"start": set(windows[: args.windows]), "end": set(windows[-args.windows :])}
     result = {

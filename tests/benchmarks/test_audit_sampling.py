@@ -52,6 +52,10 @@ def test_not_an_audit_file_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(path), "--rates", "0"])
     assert "--rates: each in (0, 1], not '0'" in capsys.readouterr().err
+    share = tmp_path / "share.jsonl"
+    _audit(share, 0.5)
+    with pytest.raises(SystemExit, match="not written at audit_rate 1.0"):
+        main([str(share), "--draws", "2"])
 
 
 def test_a_share_over_clusters_is_as_uncertain_as_its_clusters():
