@@ -161,9 +161,9 @@ class AdapterPool:
 
     def reserve(self) -> int:
         """Have the backend allocate `capacity` adapter slots now, shaped like the latest revision of the store's
-        last policy (model thread, before serving): loads of revisions of the same shape then copy into a free
-        slot instead of building one. Returns the slots made (0 where the store is empty or the backend has no
-        slots to reserve, as an engine that allocates its own, vLLM, has not)."""
+        last policy (before serving, while nothing generates): loads of revisions of the same shape then copy
+        into a free slot instead of building one. Returns the slots made (0 where the store is empty or the
+        backend has no slots to reserve, as an engine that allocates its own, vLLM, has not)."""
         reserve = getattr(self.backend, "reserve_slots", None)
         policies = self.store.policies()
         if reserve is None or not policies:

@@ -17,7 +17,8 @@ the tolerance in 95 % of runs (the spread shrinks as one over the root of the au
 A group is the rows with one `group` number (older files: a run of consecutive rows with one step and one
 prompt, as the audit's single worker writes them; two groups of one prompt in one step then read as one).
 Overpay, as `judge.reward.audit.figures` defines it: the share of wrong answers (gold below one half) the
-judge paid above the group's even share.
+judge paid above the group's even share. `benchmarks/reward_audit.py` reads its pooled overpay with the same
+functions.
 """
 
 from __future__ import annotations
@@ -26,49 +27,76 @@ import argparse
 import json
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.kit import emit
 from judge.reward.audit.config import AuditConfig
-from judge.reward.audit.figures import Scored, window_figures
 from judge.reward.audit.runner import RewardAudit
 
 Group = list[dict[str, Any]]
 
 
-def read_groups(path: Path) -> list[Group]:
-    """The audited groups of `path`, in the order the audit saw them: by each row's `group` number, or (an
-    audit.jsonl from before rows carried it) runs of consecutive rows with one step and one prompt."""
+def group_rows(rows: Iterable[dict[str, Any]], where: str = "audit rows") -> list[Group]:
+    """Audit rows as the groups the audit judged, in the order it saw them: by each row's `group` number, or
+    (rows from before they carried it) runs of consecutive rows with one step and one prompt."""
     groups: dict[Any, Group] = {}
     previous = None
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, row in enumerate(rows, 1):
         try:
-            row = json.loads(line)
             run = (row["step"], row["prompt"], row["window"], float(row["even"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise SystemExit(f"{path}: line {number} is not an audit row ({exc!r}); is it an audit.jsonl?") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SystemExit(f"{where}: line {number} is not an audit row ({exc!r}); is it an audit.jsonl?") from None
         if "group" in row:
             key = row["group"]
         else:
             key = previous if previous is not None and previous[1:] == run else (number, *run)
         previous = key if "group" not in row else None
         groups.setdefault(key, []).append(row)
+    return list(groups.values())
+
+
+def read_groups(path: Path) -> list[Group]:
+    """The audited groups of the audit.jsonl at `path` (`group_rows`)."""
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise SystemExit(
+                    f"{path}: line {number} is not an audit row ({exc!r}); is it an audit.jsonl?"
+                ) from None
+    groups = group_rows(rows, str(path))
     if not groups:
         raise SystemExit(f"{path}: no audit rows")
-    return list(groups.values())
+    return groups
+
+
+def overpaid_by_group(groups: Sequence[Group], windows: set[int]) -> list[tuple[int, int]]:
+    """Per group with a wrong answer in `windows`: (its wrong answers the judge paid, its wrong answers). As
+    `judge.reward.audit.figures` reads them: wrong is a gold below one half, paid a reward above the even share."""
+    counts = []
+    for group in groups:
+        wrong = [
+            row for row in group
+            if row["window"] in windows and row["gold"] is not None and row["reward"] is not None and row["gold"] < 0.5
+        ]  # fmt: skip
+        if wrong:
+            counts.append((sum(row["reward"] > row["even"] for row in wrong), len(wrong)))
+    return counts
+
+
+def paid_share(counts: Sequence[tuple[int, int]]) -> tuple[float | None, int]:
+    """The share paid over all of `overpaid_by_group`'s counts, and how many wrong answers it is read from."""
+    wrong = sum(n for _, n in counts)
+    return (sum(paid for paid, _ in counts) / wrong if wrong else None), wrong
 
 
 def overpay(groups: Sequence[Group], windows: set[int]) -> tuple[float | None, int]:
     """The overpay of the completions of `groups` in `windows`, and how many wrong answers it is read from."""
-    rows = [row for group in groups for row in group if row["window"] in windows]
-    samples = [Scored(row["reward"], row["gold"], row["even"]) for row in rows]
-    figures = window_figures(0, [row["step"] for row in rows], samples)
-    wrong = sum(s.judge is not None and s.gold is not None and s.gold < 0.5 for s in samples)
-    return figures.overpay, wrong
+    return paid_share(overpaid_by_group(groups, windows))
 
 
 def drawn(groups: Sequence[Group], rate: float, seed: int) -> list[Group]:

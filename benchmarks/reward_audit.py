@@ -101,6 +101,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.audit_sampling import group_rows, overpaid_by_group, paid_share
 from benchmarks.audited_rewards import AuditedOracleReward, LengthBonusReward
 from benchmarks.judge_as_reward import after_figures, agreement, train_arm
 from benchmarks.kit import add_names_flag, emit, known_names, rounded
@@ -245,19 +246,12 @@ def after_peak(alarm: dict[str, Any], peak: int | None, max_steps: int) -> float
 def pooled_overpay(
     rows: list[dict[str, Any]], windows: list[int]
 ) -> tuple[float | None, int, tuple[float, float] | None]:
-    """Of the audited wrong answers (gold below one half) in `windows`, the share the judge paid above one half
-    (a pairwise reward's even share), how many wrong answers there were, and the share's 95 % interval
-    resampling the audited groups (rows without a group number: their step and prompt)."""
-    wanted = set(windows)
-    wrong = [r for r in rows if r["window"] in wanted and r["gold"] is not None and r["reward"] is not None]
-    wrong = [r for r in wrong if r["gold"] < 0.5]
-    groups: dict[Any, list[int]] = {}
-    for r in wrong:
-        counts = groups.setdefault(r.get("group", (r["step"], r["prompt"])), [0, 0])
-        counts[0] += r["reward"] > 0.5
-        counts[1] += 1
-    share = sum(r["reward"] > 0.5 for r in wrong) / len(wrong) if wrong else None
-    return share, len(wrong), cluster_share_ci95([(h, n) for h, n in groups.values()], resamples=1000, seed=0)
+    """Of the audited wrong answers (gold below one half) in `windows`, the share the judge paid above the even
+    share (one half: the reward is pairwise), how many wrong answers there were, and the share's 95 % interval
+    resampling the audited groups (`benchmarks.audit_sampling`'s reading)."""
+    counts = overpaid_by_group(group_rows(rows), set(windows))
+    share, wrong = paid_share(counts)
+    return share, wrong, cluster_share_ci95(counts, resamples=1000, seed=0)
 
 
 def gain(before: dict[str, Any], afters: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:

@@ -248,7 +248,8 @@ class TransformersBackend:
         staged = None  # read once, and only if a slot is missing
         while len(self._slots) + len(self._free_slots) < count:
             name = f"mrjudge-reserved-{len(made)}"
-            staged = staged or self.stage_adapter(name, path)
+            if staged is None:
+                staged = self.stage_adapter(name, path)
             self.install_adapter(name, path, staged)
             made.append(name)
         for name in made:
