@@ -37,6 +37,7 @@ from typing import Any
 
 from benchmarks.kit import emit, rounded
 from benchmarks.workers import paired_bootstrap
+from data_synthesis.world import HINT_USES
 from jobs.jsonl import read_jsonl
 from tiny_world.demo.config import DemoConfig
 from tiny_world.demo.runner import demo_figures, demo_judge, demo_recipe, demo_stage_hash, run_stages
@@ -72,6 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--describe-error-rate",
         type=float,
         help="distilled traces: the describer's per-fact error rate (default: the --demo folder's, else 0.2, the rate dev chose)",
+    )
+    parser.add_argument(
+        "--reasoner-hint",
+        choices=HINT_USES,
+        help="distilled traces: the text reasoner leans on the hint where its reading settles nothing, or ignores "
+        "it (the filter then drops those items); default: the --demo folder's, else lean",
     )
     parser.add_argument("--seeds", default="0,1,2", help="GRPO seeds, comma-separated")
     parser.add_argument("--pool-n", type=int, default=700, help="fresh world records drawn for the pool")
@@ -114,6 +121,8 @@ def build_pool(
     key = {"demo": str(demo.resolve()), "sft": demo_stage_hash(demo, "sft"), "pool_n": args.pool_n}
     key.update(dev_fraction=args.dev_fraction, seed=recipe.seed, traces=recipe.traces)
     key.update(describe_error_rate=recipe.describe_error_rate)
+    if recipe.reasoner_hint != "lean":  # keyed only when set, so pools made before the setting stay reusable
+        key.update(reasoner_hint=recipe.reasoner_hint)
     pool_rows, dev_rows = split_dev(
         write_pool_world(recipe, folder, args.pool_n, exclude={content_key(r) for r in rows}),
         args.dev_fraction,
@@ -133,6 +142,7 @@ def build_pool(
         recipe.reasoner_style,
         traces=recipe.traces,
         describe_error_rate=recipe.describe_error_rate,
+        reasoner_hint=recipe.reasoner_hint,
         seed=recipe.seed + POOL_SEED_OFFSET,
     )
     write_json_atomic(record, {"key": key, "figures": figures})
@@ -148,6 +158,7 @@ def trace_figures(recipe: TinyJudgeRecipe, demo: Path, pool: dict[str, Any], rl:
     rl_ids = [row["id"] for _, row in read_jsonl(rl)]
     return {
         "traces": recipe.traces,
+        "reasoner_hint": recipe.reasoner_hint,
         "describe_error_rate": {
             "set": recipe.describe_error_rate,
             "measured": distill.get("measured_error_rate", 0.0),
@@ -284,9 +295,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         demo = out / "demo"
         traces = args.traces or "exact"
         rate = (0.2 if args.describe_error_rate is None else args.describe_error_rate) if traces == "distilled" else 0.0
-        run_stages(DemoConfig(grpo_max_steps=0, traces=traces, describe_error_rate=rate), demo, until="sft")
+        hint = args.reasoner_hint or "lean"
+        config = DemoConfig(grpo_max_steps=0, traces=traces, describe_error_rate=rate, reasoner_hint=hint)
+        run_stages(config, demo, until="sft")
     recipe = demo_recipe(demo)
-    given = {"traces": args.traces, "describe_error_rate": args.describe_error_rate}
+    given = {
+        "traces": args.traces,
+        "describe_error_rate": args.describe_error_rate,
+        "reasoner_hint": args.reasoner_hint,
+    }
     for name, value in given.items():
         if value is not None and value != getattr(recipe, name):
             raise SystemExit(f"--{name.replace('_', '-')} {value}: {demo} was made with {getattr(recipe, name)}")

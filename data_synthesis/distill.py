@@ -122,12 +122,23 @@ class DescriptionReasoner(_WorldReasoner):
     question, the lettered options and the hint (the label), and never the scene.
 
     Its trace is `world.description_reasoner`'s: the scene as the description states it, checked against
-    each option in `style`; where no option matches that reading it follows the hint. A misread description
+    each option in `style`; where no option matches that reading, `hint` "lean" follows the hint and "ignore"
+    answers the closest option (or nothing, where the asked object is missing). A misread description
     therefore gives a wrong answer (dropped) or a trace that reaches the label from misread facts (kept),
     as distillation from a real captioner does.
     """
 
     name = "description_reasoner"
+
+    def __init__(self, style: str = "diff", hint: str = "lean") -> None:
+        from data_synthesis.world import HINT_USES
+
+        super().__init__(style)
+        if hint not in HINT_USES:
+            raise ValueError(f"hint must be one of {list(HINT_USES)}, got {hint!r}")
+        self.hint = hint
+        if hint != "lean":
+            self.tag = f"{self.tag}:hint={hint}"
 
     def __call__(self, items: list[Row]) -> list[str]:
         from data_synthesis.world import description_reasoner
@@ -138,7 +149,9 @@ class DescriptionReasoner(_WorldReasoner):
             if not description:
                 raise ValueError(f"item {item['id']!r} has no description: run the describe stage first")
             out.append(
-                description_reasoner(description, item["question"], item["candidates"], item["label"], self.style)
+                description_reasoner(
+                    description, item["question"], item["candidates"], item["label"], self.style, self.hint
+                )
             )
         return out
 

@@ -245,13 +245,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="scene: exact traces from the world's scene; description: the world's text reasoner, from the "
         "description only (the paper's distillation); model: a text reasoning model (--reasoner-model)",
     )
-    from data_synthesis.world import REASONER_STYLES
+    from data_synthesis.world import HINT_USES, REASONER_STYLES
 
     p.add_argument(
         "--reasoner-style",
         choices=REASONER_STYLES,
         default="diff",
         help="the scene or description reasoner's trace layout (data_synthesis.world.scene_reasoner)",
+    )
+    p.add_argument(
+        "--reasoner-hint",
+        choices=HINT_USES,
+        default="lean",
+        help="--reasoner description, where its reading matches no option or lacks the asked object: lean on the "
+        "hint (default), or ignore it (answer the closest option, or nothing; the filter drops what is not the label)",
     )
     _model_args(p, "reasoner")
     p.add_argument("--rewriter", choices=("model", "rules"), default="rules")
@@ -376,6 +383,7 @@ def run_distill(args: argparse.Namespace) -> int:
         args,
         reasoner=args.reasoner,
         reasoner_style=args.reasoner_style,
+        reasoner_hint=args.reasoner_hint,
         reasoner_model=_spec(args.reasoner_model, args.reasoner_backend),
         rewriter=args.rewriter,
         rewriter_model=_spec(args.rewriter_model, args.rewriter_backend),

@@ -185,12 +185,13 @@ def pool_sft_examples(pairs: Iterable[MCItem], style: str) -> list[Row]:
 
 
 def distilled_pool_sft(
-    pairs: Iterable[MCItem], style: str, describe_error_rate: float, seed: int
+    pairs: Iterable[MCItem], style: str, describe_error_rate: float, seed: int, reasoner_hint: str = "lean"
 ) -> tuple[list[Row], dict[str, Any]]:
     """The pairs in both display orders as judge-SFT examples whose traces are *distilled*, as the SFT data of
     `traces: distilled` is (`tiny_world.recipe.distill_judge_data`): each record described with
     `describe_error_rate` misread facts (one description per record, drawn from `seed` and its id), the world's
-    text reasoner judging from the description with a hint, hint removal, style alignment, the paper's filter.
+    text reasoner judging from the description with a hint (used as `reasoner_hint` says), hint removal, style
+    alignment, the paper's filter.
 
     Only kept traces become examples. Returns them and the figures: `items`, `kept`, `drop_reasons`,
     `measured_error_rate`, `false_fact_share` and `dropped` (the ids of the items without a trace; judge
@@ -211,7 +212,7 @@ def distilled_pool_sft(
         row = _item_row(item)
         items.append({**row, "meta": {**row["meta"], "description": described[record][0], "world": item.meta["world"]}})
     reasoner_items = [{**item, "meta": {"description": item["meta"]["description"]}} for item in items]
-    distilled = Distiller(DescriptionReasoner(style), RuleRewriter())(reasoner_items)
+    distilled = Distiller(DescriptionReasoner(style, reasoner_hint), RuleRewriter())(reasoner_items)
     examples = [
         to_sft_example(
             {**item, "meta": {k: v for k, v in item["meta"].items() if k != "world"}}, row["completion"], COMPACT_PROMPT
@@ -238,6 +239,7 @@ def write_pool_sft(
     *,
     traces: str = "exact",
     describe_error_rate: float = 0.0,
+    reasoner_hint: str = "lean",
     seed: int = 0,
 ) -> dict[str, Any]:
     """The pool's SFT examples written to `path`: exact traces (`pool_sft_examples`) or distilled ones
@@ -246,7 +248,7 @@ def write_pool_sft(
 
     figures: dict[str, Any] = {}
     if traces == "distilled":
-        examples, figures = distilled_pool_sft(pairs, style, describe_error_rate, seed)
+        examples, figures = distilled_pool_sft(pairs, style, describe_error_rate, seed, reasoner_hint)
     else:
         examples = pool_sft_examples(pairs, style)
     write_jsonl_atomic(Path(path), examples)

@@ -34,10 +34,12 @@ class Reasoning:
     spec: ModelSpec | None
     params: SamplingParams
     reads: str = "scene"
+    hint: str = "lean"
 
     def settings(self) -> dict[str, Any]:
         if self.spec is None:
-            return {"kind": self.reads, "style": self.style}
+            hint = {"hint": self.hint} if self.reads == "description" and self.hint != "lean" else {}
+            return {"kind": self.reads, "style": self.style, **hint}
         return {"kind": "model", **model_settings(self.spec, self.params)}
 
     def build(self) -> Any:
@@ -45,7 +47,9 @@ class Reasoning:
 
         if self.spec is not None:
             return ModelReasoner(self.spec.build(), self.params)
-        return DescriptionReasoner(self.style) if self.reads == "description" else SceneReasoner(self.style)
+        if self.reads == "description":
+            return DescriptionReasoner(self.style, self.hint)
+        return SceneReasoner(self.style)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ def run_distill(
     *,
     reasoner: str = "scene",
     reasoner_style: str = "diff",
+    reasoner_hint: str = "lean",
     reasoner_model: ModelSpec | None = None,
     rewriter: str = "rules",
     rewriter_model: ModelSpec | None = None,
@@ -82,9 +87,12 @@ def run_distill(
     """Distil judge traces for the items; when the stage is complete, write sft/{train,val}.jsonl.
 
     `reasoner`: "scene" (exact traces from the world's scene), "description" (the world's text reasoner,
-    from the describe stage's description only) or "model" (`reasoner_model`, a text reasoning model). The reasoner's and rewriter's settings are recorded beside the traces; a rerun with others is refused
-    unless `overwrite`."""
+    from the describe stage's description only) or "model" (`reasoner_model`, a text reasoning model).
+    `reasoner_hint` is the description reasoner's use of the hint where its reading settles nothing ("lean"
+    or "ignore", `world.description_reasoner`). The reasoner's and rewriter's settings are recorded beside the
+    traces; a rerun with others is refused unless `overwrite`."""
     from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
+    from data_synthesis.world import HINT_USES
 
     how = stage_options(run)  # before any work, not after it
     out_dir = Path(out_dir)
@@ -95,6 +103,10 @@ def run_distill(
     )
     if reasoner_spec is None:
         SceneReasoner(reasoner_style)  # a bad style fails here, before any batch runs
+    if reasoner_hint not in HINT_USES:
+        raise ValueError(f"reasoner_hint must be one of {list(HINT_USES)}, got {reasoner_hint!r}")
+    if reasoner_hint != "lean" and reasoner != "description":
+        raise ValueError(f"reasoner_hint {reasoner_hint!r} applies to --reasoner description only")
     rewriter_spec = model_for(
         "--rewriter",
         rewriter,
@@ -104,7 +116,11 @@ def run_distill(
     )
     concurrency = how["concurrency"]
     reasoning = Reasoning(
-        reasoner_style, for_synthesis(reasoner_spec, concurrency), sampling_for("reasoner", reasoner_sampling), reads
+        reasoner_style,
+        for_synthesis(reasoner_spec, concurrency),
+        sampling_for("reasoner", reasoner_sampling),
+        reads,
+        reasoner_hint,
     )
     rewriting = Rewriting(for_synthesis(rewriter_spec, concurrency), sampling_for("rewriter", rewriter_sampling))
     if rewriter_model is None and reasoning.spec is not None and rewriting.spec is not None:

@@ -33,7 +33,7 @@ from data_synthesis.world.misread import Misreading, misread
 from data_synthesis.world.negatives import scene_negatives
 from data_synthesis.world.questions import make_item, question_answer
 from data_synthesis.world.reading import read_description, read_question
-from data_synthesis.world.reasoner import description_reasoner, scene_reasoner
+from data_synthesis.world.reasoner import HINT_USES, description_reasoner, scene_reasoner
 from data_synthesis.world.rendering import render
 from data_synthesis.world.sampling import sample_item
 from data_synthesis.world.scene import (
@@ -62,6 +62,7 @@ __all__ = [
     "CELL_SHADES",
     "COLOURS",
     "GRID",
+    "HINT_USES",
     "REASONERS",
     "REASONER_STYLES",
     "RGB",

@@ -41,26 +41,42 @@ def scene_reasoner(scene: Scene, task: Task, question: str, options: list[str], 
     return f"<think>Image: {layout.image(evidence)}. {' '.join(lines)}</think><answer>{letters[best]}</answer>"
 
 
-def description_reasoner(description: str, question: str, options: list[str], hinted: int, style: str = "diff") -> str:
+HINT_USES = ("lean", "ignore")
+"""How the description reasoner uses the hint where its reading settles nothing: follow it, or not at all."""
+
+
+def description_reasoner(
+    description: str, question: str, options: list[str], hinted: int, style: str = "diff", hint: str = "lean"
+) -> str:
     """A judge trace from the description alone, as a text reasoning model with a hint writes one.
 
     The scene is read from `description` (`read_description`), so a misread fact there is a misread fact
     here. The reasoner trusts its reading where an option matches it exactly, even against the hint (the
     distiller then drops the trace: its answer is not the label). Where no option matches, or the
-    description lacks what the question asks about, it leans on the hint (`hinted`, the label's index) and
-    says so; hint removal takes that sentence out, and what is left is a trace that reached the label from a
-    misreading, as a real distilled trace can.
+    description lacks what the question asks about, `hint` says what it does:
+
+    - "lean": it leans on the hint (`hinted`, the label's index) and says so; hint removal takes that sentence
+      out, and what is left is a trace that reached the label from a misreading, as a real distilled trace can;
+    - "ignore": it trusts its reading to the end. It answers the option closest to its reading, and where the
+      asked object is missing it says it cannot tell and gives no answer (the filter drops both unless the
+      closest option is the label), as a reasoning model that will not rationalise towards a hint does.
     """
+    if hint not in HINT_USES:
+        raise ValueError(f"hint must be one of {list(HINT_USES)}, got {hint!r}")
     scene = read_description(description)
     task = read_question(scene, question)
     letters = option_letters(len(options))
     lean = f"The hint points to {letters[hinted]}."
     if task is None:
+        if hint == "ignore":
+            return f"<think>Image: {_missing(question)}. I cannot tell which option is right.</think>"
         return f"<think>Image: {_missing(question)}. {lean}</think><answer>{letters[hinted]}</answer>"
     trace = scene_reasoner(scene, task, question, options, style=style)
     truth = [x.lower() for x in _TOKEN.findall(_answer(scene, task))]
-    if any([x.lower() for x in _TOKEN.findall(o)] == truth for o in options) or trace.endswith(
-        f"<answer>{letters[hinted]}</answer>"
+    if (
+        hint == "ignore"
+        or any([x.lower() for x in _TOKEN.findall(o)] == truth for o in options)
+        or trace.endswith(f"<answer>{letters[hinted]}</answer>")
     ):
         return trace
     body = trace[len("<think>") : trace.index("</think>")]

@@ -126,6 +126,42 @@ def test_a_misreading_gives_a_wrong_answer_or_a_hint_led_trace_with_the_hint_rem
     assert "A is closest" in description_reasoner(description, question, [answer, "Nothing at all."], 0, "checks")
 
 
+def test_a_reasoner_that_ignores_the_hint_answers_its_reading_or_nothing():
+    """`hint="ignore"`: no option matching the reading → the closest option, whatever the hint says; the asked
+    object missing from the description → no answer at all. Where the reading settles it, both agree."""
+    scene, task = sample_item(0, 0, size=84)
+    question, answer = question_answer(scene, task)
+    description = describe_scene(scene)
+    options = [answer, "Nothing at all."]
+    assert description_reasoner(description, question, options, 0, "checks", hint="ignore") == description_reasoner(
+        description, question, options, 0, "checks"
+    )
+    read = description_reasoner(description, question, ["Nothing.", "Nothing at all."], 0, "checks", hint="ignore")
+    assert read.endswith("<answer>B</answer>") and "B is closest" in read and "hint" not in read
+    asked = scene.shapes[task.params["shape"]]
+    as_dict = scene.to_dict()
+    as_dict["shapes"] = [s for s in as_dict["shapes"] if s["kind"] != asked.kind]
+    empty = describe_scene(Scene.from_dict(as_dict))
+    cannot = description_reasoner(empty, question, options, 0, "checks", hint="ignore")
+    assert "<answer>" not in cannot and "cannot tell" in cannot and f"no {asked.kind}" in cannot
+    assert "hint points to A" in description_reasoner(empty, question, options, 0, "checks")
+    with pytest.raises(ValueError, match="hint must be one of"):
+        description_reasoner(description, question, options, 0, "checks", hint="follow")
+
+
+def test_ignoring_the_hint_drops_more_and_keeps_no_hint_led_trace():
+    items = _items(150, 0.3)
+    lean = Distiller(DescriptionReasoner("checks"), RuleRewriter())(items)
+    ignore = Distiller(DescriptionReasoner("checks", hint="ignore"), RuleRewriter())(items)
+    assert not any("hint" in (row["trace"]["reasoned"] or "") for row in ignore)
+    assert sum(row["kept"] for row in ignore) < sum(row["kept"] for row in lean)
+    reasons = summarize_distilled([{**row, "flaws": []} for row in ignore])["drop_reasons"]
+    assert set(reasons) == {"wrong_answer", "unparsed"}  # a closest option not the label; no answer at all
+    kept_ids = {row["id"] for row in ignore if row["kept"]}
+    assert kept_ids <= {row["id"] for row in lean if row["kept"]}  # what the reading settles, both keep
+    assert DescriptionReasoner("checks", hint="ignore").tag == "description_reasoner:checks:hint=ignore"
+
+
 def test_drops_are_counted_by_reason_and_kept_traces_carry_no_hint():
     items = _items(150, 0.3)
     rows = Distiller(DescriptionReasoner("checks"), RuleRewriter())(items)
@@ -158,3 +194,9 @@ def test_the_command_line_distils_from_descriptions_with_errors(tmp_path):
     settings = (tmp_path / "w" / "distilled.settings.json").read_text()
     assert '"kind": "description"' in settings
     assert main(describe[:-2] + ["--describe-error-rate", "0.1"]) == 2  # other settings: refused, not mixed
+    assert main(distill + ["--reasoner-hint", "ignore"]) == 2  # the reasoner's settings are recorded too
+    assert main(distill + ["--reasoner-hint", "ignore", "--overwrite"]) == 0
+    ignored = json.loads((tmp_path / "w" / "distilled.settings.json").read_text())
+    assert ignored["reasoner"] == {"kind": "description", "style": "diff", "hint": "ignore"}
+    scene_only = ["synth", "distill", "--input", world, "--out", str(tmp_path / "s"), "--reasoner-hint", "ignore"]
+    assert main(scene_only) == 2  # the scene reasoner has no hint to ignore

@@ -115,6 +115,10 @@ def test_grpos_pool_may_hold_items_without_a_trace_and_sfts_may_not(worlds):
     assert len(load_sft_dataset(out / "sft-distilled.jsonl")) == figures["kept"]
     seeded = judge_pool.distilled_pool_sft(pairs, "checks", 0.4, 5)[1]
     assert seeded == {k: v for k, v in figures.items() if k != "examples"}
+    ignored = judge_pool.write_pool_sft(
+        pairs, out / "sft-ignore.jsonl", "checks", traces="distilled", describe_error_rate=0.4, reasoner_hint="ignore"
+    )
+    assert ignored["kept"] < figures["kept"] and "unparsed" in ignored["drop_reasons"]
 
 
 def test_the_recipe_refuses_an_error_rate_its_traces_do_not_use():
@@ -123,3 +127,7 @@ def test_the_recipe_refuses_an_error_rate_its_traces_do_not_use():
     with pytest.raises(ValueError, match="traces must be one of"):
         TinyJudgeRecipe(traces="distiled")
     assert TinyJudgeRecipe(traces="distilled", describe_error_rate=0.1).describe_error_rate == 0.1
+    with pytest.raises(ValueError, match="reasoner_hint.*traces=distilled"):
+        TinyJudgeRecipe(reasoner_hint="ignore")
+    with pytest.raises(ValueError, match="reasoner_hint must be one of"):
+        TinyJudgeRecipe(traces="distilled", reasoner_hint="trust")

@@ -70,6 +70,7 @@ def distill_judge_data(
     describe_share: float = 0.0,
     traces: str = "exact",
     describe_error_rate: float = 0.0,
+    reasoner_hint: str = "lean",
     seed: int = 0,
     show_progress: bool = False,
 ) -> dict[str, Any]:
@@ -77,8 +78,8 @@ def distill_judge_data(
 
     `traces` "exact": the scene reasoner's traces, every fact true. "distilled": the paper's distillation,
     the description made with `describe_error_rate` misread facts, the judgement written by the world's text
-    reasoner from the description and a hint (`data_synthesis.distill.DescriptionReasoner`), then hint
-    removal, style alignment and the paper's filter. The SFT examples are worded with `COMPACT_PROMPT`; `describe_share` of the training file are image →
+    reasoner from the description and a hint (`data_synthesis.distill.DescriptionReasoner`, using the hint as
+    `reasoner_hint` says: "lean" or "ignore"), then hint removal, style alignment and the paper's filter. The SFT examples are worded with `COMPACT_PROMPT`; `describe_share` of the training file are image →
     description examples (asked with `DESCRIBE_PROMPT`). Returns the item count, the kept fraction of
     traces, the example counts, and the assembly and distillation summaries.
     """
@@ -86,7 +87,7 @@ def distill_judge_data(
     from data_synthesis.distill import false_fact_share
     from data_synthesis.pipeline import run_assemble, run_describe, run_distill
 
-    check_traces(traces, describe_error_rate)
+    check_traces(traces, describe_error_rate, reasoner_hint)
     described, describe_summary = run_describe(
         input_dir,
         out_dir,
@@ -103,6 +104,7 @@ def distill_judge_data(
         out_dir,
         reasoner="description" if traces == "distilled" else "scene",
         reasoner_style=reasoner_style,
+        reasoner_hint=reasoner_hint,
         show_progress=show_progress,
     )
     counts = write_sft_examples(
@@ -135,8 +137,14 @@ TRACES = ("exact", "distilled")
 """Where the judge's SFT traces come from: the scene (exact) or the paper's distillation from a description."""
 
 
-def check_traces(traces: str, describe_error_rate: float) -> None:
-    """`traces` is known and the error rate is a probability that applies to it."""
+def check_traces(traces: str, describe_error_rate: float, reasoner_hint: str = "lean") -> None:
+    """`traces` is known, and the error rate (a probability) and the reasoner's use of the hint apply to it."""
+    from data_synthesis.world import HINT_USES
+
+    if reasoner_hint not in HINT_USES:
+        raise ValueError(f"reasoner_hint must be one of {list(HINT_USES)}, got {reasoner_hint!r}")
+    if reasoner_hint != "lean" and traces != "distilled":
+        raise ValueError(f"reasoner_hint ({reasoner_hint!r}) applies to traces=distilled only; set both")
     if traces not in TRACES:
         raise ValueError(f"traces must be one of {list(TRACES)}, got {traces!r}")
     if not 0 <= describe_error_rate <= 1:

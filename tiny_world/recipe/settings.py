@@ -56,6 +56,11 @@ class TinyJudgeRecipe:
     describe_error_rate: float = setting(
         0.0, "distilled traces: the describer's per-fact error rate (0: exact descriptions)"
     )
+    reasoner_hint: str = setting(
+        "lean",
+        "distilled traces: where the text reasoner's reading matches no option or lacks the asked object, lean "
+        "on the hint, or ignore it (the closest option, or no answer; the filter drops what is not the label)",
+    )
     judge_size: str = setting("small", "tiny-model size of the judge")
     judge_max_new_tokens: int | None = setting(
         None, "judge reasoning budget in tokens (default: the trace layout's, TRACE_TOKENS)"
@@ -105,7 +110,7 @@ class TinyJudgeRecipe:
         if self.grpo_beta < 0 or self.grpo_temperature <= 0:
             raise ValueError(f"grpo_beta ({self.grpo_beta}) must be >= 0 and grpo_temperature > 0")
         check_group(self.per_device_train_batch_size, self.num_generations)
-        check_traces(self.traces, self.describe_error_rate)
+        check_traces(self.traces, self.describe_error_rate, self.reasoner_hint)
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction ({self.val_fraction}) must be in (0, 1)")
 
@@ -154,6 +159,7 @@ class TinyJudgeRecipe:
             describe_share=self.describe_share,
             traces=self.traces,
             describe_error_rate=self.describe_error_rate,
+            reasoner_hint=self.reasoner_hint,
             seed=self.seed,
             show_progress=show_progress,
         )

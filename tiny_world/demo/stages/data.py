@@ -74,6 +74,7 @@ def distill(ctx: StageContext) -> dict[str, Any]:
         "kept_fraction": data["kept_fraction"],
         "reasoner_style": ctx.config.reasoner_style,
         "traces": ctx.config.traces,
+        "reasoner_hint": ctx.config.reasoner_hint,
         "drop_reasons": data["drop_reasons"],
         **{k: data[k] for k in ("measured_error_rate", "false_fact_share") if k in data},
     }
@@ -94,7 +95,16 @@ def _distilled_line(f: dict[str, Any]) -> str:
 DISTILL = Stage(
     name="distill",
     title="descriptions → balanced MC items → distilled reasoning traces (SFT data)",
-    fields=("seed", "max_options", "val_fraction", "reasoner_style", "describe_share", "traces", "describe_error_rate"),
+    fields=(
+        "seed",
+        "max_options",
+        "val_fraction",
+        "reasoner_style",
+        "describe_share",
+        "traces",
+        "describe_error_rate",
+        "reasoner_hint",
+    ),
     after=("negatives",),
     run=distill,
     line=lambda f: (
