@@ -29,6 +29,7 @@ def distilled_demo(tmp_path_factory):
 def test_distilled_traces_are_reported_and_drawn(distilled_demo, tmp_path):
     result = judge_grpo_gain.main(["--demo", str(distilled_demo), "--out", str(tmp_path / "gain"), *TINY])
     assert result["traces"] == "distilled" and result["describe_error_rate"]["set"] == 0.3
+    assert result["reasoner_hint"] == "lean"
     assert 0.15 < result["describe_error_rate"]["measured"] < 0.45
     kept = result["traces_kept"]
     assert kept["pool"] + sum(kept["pool_drop_reasons"].values()) == kept["pool_items"]
@@ -45,3 +46,7 @@ def test_distilled_traces_are_reported_and_drawn(distilled_demo, tmp_path):
 def test_flags_that_contradict_the_demo_are_refused(distilled_demo, tmp_path):
     with pytest.raises(SystemExit, match="--traces exact: .* was made with distilled"):
         judge_grpo_gain.main(["--demo", str(distilled_demo), "--out", str(tmp_path), "--traces", "exact", *TINY])
+    with pytest.raises(SystemExit, match="--reasoner-hint ignore: .* was made with lean"):
+        judge_grpo_gain.main(
+            ["--demo", str(distilled_demo), "--out", str(tmp_path), "--reasoner-hint", "ignore", *TINY]
+        )

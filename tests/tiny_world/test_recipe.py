@@ -165,3 +165,24 @@ def test_description_examples_join_the_training_file(data, tmp_path):
     assert len(dataset) == len(rows) and dataset[len(rows) - 1]["images"][0].size == (84, 84)
     with pytest.raises(ValueError, match="describe_share"):
         write_sft_examples(items, distilled, folder, describe_share=0.5)
+
+
+def test_distilled_data_records_how_the_reasoner_used_the_hint(data, tmp_path):
+    """The recipe's distilled traces with `reasoner_hint`: "ignore" keeps fewer traces than "lean" and drops
+    the items whose description lacks the asked object as `unparsed`; the stage records the setting."""
+    import json
+    import shutil
+
+    folder, _, _ = data
+    summaries = {}
+    for hint in ("lean", "ignore"):
+        out = tmp_path / hint
+        shutil.copytree(folder, out, ignore=shutil.ignore_patterns("described*", "items*", "distilled*", "sft", "rl"))
+        summaries[hint] = distill_judge_data(
+            out, out, val_fraction=0.25, traces="distilled", describe_error_rate=0.4, reasoner_hint=hint, seed=0
+        )
+        settings = json.loads((out / "distilled.settings.json").read_text())["reasoner"]
+        assert settings.get("hint", "lean") == hint
+    lean, ignore = summaries["lean"], summaries["ignore"]
+    assert ignore["sft_train"] + ignore["sft_val"] < lean["sft_train"] + lean["sft_val"]
+    assert ignore["drop_reasons"].get("unparsed", 0) > 0 and "unparsed" not in lean["drop_reasons"]
