@@ -6,8 +6,9 @@ inconsistent pairs plus as many right ones), three arms are trained and judged o
 
 - `sft`: the SFT judge as it is;
 - `grpo`: TRL GRPO on the pool (`loss_type` grpo, a small KL, lr warm-up), once per seed;
-- `sft_more`: TRL SFT on the same pool's exact traces for the GRPO runs' mean wall-clock time (the honest
-  control: the trace generator is exact, so more supervised data is what RL must beat to be worth it).
+- `sft_more`: TRL SFT on the same pool's traces, made as the SFT judge's were (exact, or distilled with
+  `--traces distilled`), for the GRPO runs' mean wall-clock time (the honest control: more supervised data
+  of the same kind is what RL must beat to be worth it).
 
 The held-out set is every negative of the SFT world's validation records (~960 pairs), judged greedily in
 both display orders; an undecided pair counts 0.5 (`tiny_world.heldout`). Choices (learning rate, steps, KL)
@@ -19,6 +20,8 @@ seeds. Prints one JSON line; writes `gain.png` (accuracy by arm and by flaw evid
     python -m benchmarks.judge_grpo_gain --out runs/judge_grpo_gain                 # trains the SFT judge first
     python -m benchmarks.judge_grpo_gain --demo runs/demo --out runs/judge_grpo_gain  # a demo folder's SFT judge
     python -m benchmarks.judge_grpo_gain --demo runs/demo --report dev --seeds 0      # for choices
+    python -m benchmarks.judge_grpo_gain --traces distilled --describe-error-rate 0.2 --reasoner-hint ignore \
+        --temperature 1.0 --grpo-max-steps 300 --out runs/distilled   # the paper's distillation, dev's choices
 
 Run time: 1,273 s with `--demo` (pool filtering 335 s of it, then reused from `OUT/pool/pool.json`), measured
 on 2 cores shared with another run; bare, the demo's judge training up to SFT comes first (about 700 s on 2

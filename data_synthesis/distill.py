@@ -131,11 +131,10 @@ class DescriptionReasoner(_WorldReasoner):
     name = "description_reasoner"
 
     def __init__(self, style: str = "diff", hint: str = "lean") -> None:
-        from data_synthesis.world import HINT_USES
+        from data_synthesis.world import check_hint_use
 
         super().__init__(style)
-        if hint not in HINT_USES:
-            raise ValueError(f"hint must be one of {list(HINT_USES)}, got {hint!r}")
+        check_hint_use(hint)  # an unknown use fails here, naming the known ones
         self.hint = hint
         if hint != "lean":
             self.tag = f"{self.tag}:hint={hint}"

@@ -92,7 +92,7 @@ def run_distill(
     or "ignore", `world.description_reasoner`). The reasoner's and rewriter's settings are recorded beside the
     traces; a rerun with others is refused unless `overwrite`."""
     from data_synthesis.distill import SceneReasoner, distilled_tokens, summarize_distilled
-    from data_synthesis.world import HINT_USES
+    from data_synthesis.world import check_hint_use
 
     how = stage_options(run)  # before any work, not after it
     out_dir = Path(out_dir)
@@ -103,8 +103,7 @@ def run_distill(
     )
     if reasoner_spec is None:
         SceneReasoner(reasoner_style)  # a bad style fails here, before any batch runs
-    if reasoner_hint not in HINT_USES:
-        raise ValueError(f"reasoner_hint must be one of {list(HINT_USES)}, got {reasoner_hint!r}")
+    check_hint_use(reasoner_hint)
     if reasoner_hint != "lean" and reasoner != "description":
         raise ValueError(f"reasoner_hint {reasoner_hint!r} applies to --reasoner description only")
     rewriter_spec = model_for(

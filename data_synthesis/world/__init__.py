@@ -33,7 +33,7 @@ from data_synthesis.world.misread import Misreading, misread
 from data_synthesis.world.negatives import scene_negatives
 from data_synthesis.world.questions import make_item, question_answer
 from data_synthesis.world.reading import read_description, read_question
-from data_synthesis.world.reasoner import HINT_USES, description_reasoner, scene_reasoner
+from data_synthesis.world.reasoner import HINT_USES, check_hint_use, description_reasoner, scene_reasoner
 from data_synthesis.world.rendering import render
 from data_synthesis.world.sampling import sample_item
 from data_synthesis.world.scene import (
@@ -78,6 +78,7 @@ __all__ = [
     "Text",
     "Misreading",
     "WorldItem",
+    "check_hint_use",
     "describe_scene",
     "description_reasoner",
     "load_world",

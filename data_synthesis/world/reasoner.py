@@ -45,6 +45,12 @@ HINT_USES = ("lean", "ignore")
 """How the description reasoner uses the hint where its reading settles nothing: follow it, or not at all."""
 
 
+def check_hint_use(hint: str) -> None:
+    """`hint` is one of `HINT_USES`; the error names them (the setting is `reasoner_hint` wherever it is set)."""
+    if hint not in HINT_USES:
+        raise ValueError(f"reasoner_hint must be one of {list(HINT_USES)}, got {hint!r}")
+
+
 def description_reasoner(
     description: str, question: str, options: list[str], hinted: int, style: str = "diff", hint: str = "lean"
 ) -> str:
@@ -61,8 +67,7 @@ def description_reasoner(
       asked object is missing it says it cannot tell and gives no answer (the filter drops both unless the
       closest option is the label), as a reasoning model that will not rationalise towards a hint does.
     """
-    if hint not in HINT_USES:
-        raise ValueError(f"hint must be one of {list(HINT_USES)}, got {hint!r}")
+    check_hint_use(hint)
     scene = read_description(description)
     task = read_question(scene, question)
     letters = option_letters(len(options))

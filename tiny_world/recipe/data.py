@@ -139,10 +139,9 @@ TRACES = ("exact", "distilled")
 
 def check_traces(traces: str, describe_error_rate: float, reasoner_hint: str = "lean") -> None:
     """`traces` is known, and the error rate (a probability) and the reasoner's use of the hint apply to it."""
-    from data_synthesis.world import HINT_USES
+    from data_synthesis.world import check_hint_use
 
-    if reasoner_hint not in HINT_USES:
-        raise ValueError(f"reasoner_hint must be one of {list(HINT_USES)}, got {reasoner_hint!r}")
+    check_hint_use(reasoner_hint)
     if reasoner_hint != "lean" and traces != "distilled":
         raise ValueError(f"reasoner_hint ({reasoner_hint!r}) applies to traces=distilled only; set both")
     if traces not in TRACES:
