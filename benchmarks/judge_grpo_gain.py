@@ -23,9 +23,9 @@ seeds. Prints one JSON line; writes `gain.png` (accuracy by arm and by flaw evid
     python -m benchmarks.judge_grpo_gain --traces distilled --describe-error-rate 0.2 --reasoner-hint ignore \
         --temperature 1.0 --grpo-max-steps 300 --out runs/distilled   # the paper's distillation, dev's choices
 
-Run time: 1,273 s with `--demo` (pool filtering 335 s of it, then reused from `OUT/pool/pool.json`), measured
-on 2 cores shared with another run; bare, the demo's judge training up to SFT comes first (about 700 s on 2
-quiet cores). Figures and what was tried: docs/learning.md, "RL that teaches".
+Run time, bare at the defaults (exact traces, 3 seeds; the demo's judge trained up to SFT first, 614 s of it):
+1,293 s on 2 quiet cores, peak RSS 1.0 GB. With `--demo`, the pool is filtered once (76 s here) and then reused
+from `OUT/pool/pool.json`. Figures and what was tried: docs/learning.md, "RL that teaches".
 """
 
 from __future__ import annotations
