@@ -33,6 +33,7 @@ from typing import Any
 
 from benchmarks.kit import emit
 from judge.reward.audit.config import AuditConfig
+from judge.reward.audit.figures import Scored, overpaid_counts
 from judge.reward.audit.runner import RewardAudit
 
 Group = list[dict[str, Any]]
@@ -75,17 +76,13 @@ def read_groups(path: Path) -> list[Group]:
 
 
 def overpaid_by_group(groups: Sequence[Group], windows: set[int]) -> list[tuple[int, int]]:
-    """Per group with a wrong answer in `windows`: (its wrong answers the judge paid, its wrong answers). As
-    `judge.reward.audit.figures` reads them: wrong is a gold below one half, paid a reward above the even share."""
-    counts = []
-    for group in groups:
-        wrong = [
-            row for row in group
-            if row["window"] in windows and row["gold"] is not None and row["reward"] is not None and row["gold"] < 0.5
-        ]  # fmt: skip
-        if wrong:
-            counts.append((sum(row["reward"] > row["even"] for row in wrong), len(wrong)))
-    return counts
+    """Per group with a wrong answer in `windows`: (its wrong answers the judge paid, its wrong answers), by the
+    audit's own rule (`judge.reward.audit.figures.overpaid_counts`)."""
+    counts = [
+        overpaid_counts([Scored(row["reward"], row["gold"], row["even"]) for row in group if row["window"] in windows])
+        for group in groups
+    ]
+    return [(paid, wrong) for paid, wrong in counts if wrong]
 
 
 def paid_share(counts: Sequence[tuple[int, int]]) -> tuple[float | None, int]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-__all__ = ["Scored", "WindowFigures", "moving_mean", "slope", "window_figures"]
+__all__ = ["Scored", "WindowFigures", "moving_mean", "overpaid_counts", "slope", "window_figures"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,19 @@ def _share(flags: Sequence[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
 
+def _ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def overpaid_counts(samples: Sequence[Scored]) -> tuple[int, int]:
+    """(the wrong completions the judge paid, the wrong completions) of `samples`: overpay is their ratio.
+    Completions without a judge reward or a gold are left out."""
+    wrong = [s for s in samples if s.judge is not None and s.gold is not None and s.gold < 0.5]
+    return sum(s.judge > s.even for s in wrong), len(wrong)  # type: ignore[operator]
 
 
 def window_figures(
@@ -64,14 +75,13 @@ def window_figures(
     """The figures of `samples` (completions without a judge reward or a gold are left out)."""
     both = [s for s in samples if s.judge is not None and s.gold is not None]
     right = [s for s in both if s.gold >= 0.5]  # type: ignore[operator]
-    wrong = [s for s in both if s.gold < 0.5]  # type: ignore[operator]
     return WindowFigures(
         window=window,
         first_step=min(steps) if steps else 0,
         last_step=max(steps) if steps else 0,
         n=len(both),
         agreement=_share([(s.judge > s.even) == (s.gold >= 0.5) for s in both]),  # type: ignore[operator]
-        overpay=_share([s.judge > s.even for s in wrong]),  # type: ignore[operator]
+        overpay=_ratio(*overpaid_counts(both)),
         underpay=_share([s.judge < s.even / 2 for s in right]),  # type: ignore[operator]
         judge_mean=_mean([s.judge for s in both]),  # type: ignore[misc]
         gold_mean=_mean([s.gold for s in both]),  # type: ignore[misc]
