@@ -3,7 +3,7 @@
 A policy trained against a judge learns the judge's blind spots: its reward rises while the truth (here the
 answer key) peaks and falls. `judge.reward.audit` scores a seeded share of the judged groups again with an
 auditor beside the reward, and its guard fires when the audited gold falls while the judge's reward rises (or
-overpay climbs); with `guard: keep-best` the checkpoint after the best audited window is kept and named
+overpay climbs); with `guard: keep-best` the checkpoint at the start of the best audited window is kept and named
 (`training.reward_audit.RewardAuditCallback`). Three scenarios from the seeing policy of
 `benchmarks/judge_as_reward.py` (its demo, question split, start policy and served judge, reused), on the
 embedded world:
@@ -48,9 +48,11 @@ embedded world:
    between them widens, so a reward that is its own gold cannot fire it, however a 5 % sample dips.
 
 Audit steps are the trainer's `global_step` when the batch was rewarded (the k-th optimizer step's batch is
-step k − 1), so window w covers steps w·window … w·window + window − 1, and keep-best's checkpoint after it is
-`checkpoint-(w + 1)·window`. Exact answers are `tiny_world.seeing_policy.exact_answers` (greedy and `--samples`
-sampled answers at temperature 1, to every `--report` question), as in `judge_as_reward`.
+step k − 1, written by the policy of `checkpoint-(k − 1)`), so window w covers steps w·window … w·window + window
+− 1, and keep-best credits its gold to `checkpoint-w·window`, the policy that wrote its first answers
+(`checkpoint-0`: the start policy, saved when training begins). Exact answers are
+`tiny_world.seeing_policy.exact_answers` (greedy and `--samples` sampled answers at temperature 1, to every
+`--report` question), as in `judge_as_reward`.
 
     python -m benchmarks.reward_audit --out runs/reward_audit                       # trains the demo's judge first
     python -m benchmarks.reward_audit --demo runs/demo --out runs/reward_audit

@@ -7,10 +7,15 @@ side of it, added by `training.policy.build_policy_trainer` for every judge rewa
 - it hands the KL TRL logs to the audit, so each window knows how far the policy has moved (the
   over-optimisation curve is drawn against the step and against the KL, as Gao et al. draw it);
 - `guard: stop` ends training at the step after the alarm, as early stopping does;
-- `guard: keep-best` saves a checkpoint at the end of every audit window (after waiting, up to
-  `SETTLE_TIMEOUT_S`, for that window's audits: the one wait the audit puts on a run) and marks the one after
-  the window with the best audited gold: `state.best_model_checkpoint` (so the Trainer's rotation keeps it, as it keeps
-  the best checkpoint of `metric_for_best_model`) and `audit_best.json` in the output folder;
+- `guard: keep-best` saves the start policy as `checkpoint-0` when training begins and a checkpoint at the end of
+  every audit window (after waiting, up to `SETTLE_TIMEOUT_S`, for that window's audits: the one wait the audit
+  puts on a run), and marks the checkpoint at the *start* of the window with the best audited gold:
+  `state.best_model_checkpoint` (so the Trainer's rotation keeps it, as it keeps the best checkpoint of
+  `metric_for_best_model`) and `audit_best.json` in the output folder. A window's answers were written by the
+  policies of its own steps, the first of them that checkpoint's; the checkpoint saved after the window has
+  taken `window` more updates that no audited answer has seen. So when the gold only falls from the first
+  window on, keep-best keeps the start policy, as early stopping keeps the initial model when the validation
+  metric never improves;
 - at the end it writes `audit_summary.json` (every window, the alarm, the best window) beside the checkpoints.
 """
 
@@ -44,6 +49,15 @@ class RewardAuditCallback(TrainerCallback):
         self.stopped_at: int | None = None
         self.marked: dict[str, Any] | None = None
 
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self.audit.config.guard == "keep-best" and state.global_step == 0 and args.should_save:
+            # The policy that writes the first window's answers: the one keep-best keeps if the gold only falls.
+            start = best_checkpoint(self.output_dir, 0)
+            model.save_pretrained(start)
+            if processing_class is not None:
+                processing_class.save_pretrained(start)
+            state.save_to_json(str(start / "trainer_state.json"))
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "kl" in logs:
             self.audit.note_kl(state.global_step, logs["kl"])
@@ -55,15 +69,13 @@ class RewardAuditCallback(TrainerCallback):
             logger.warning("reward audit: stopping at step %d (%s)", state.global_step, self.audit.alarm.reason)
             control.should_training_stop = True
         if guard == "keep-best" and state.global_step % window == 0:
-            # The window that just ended is audited before its checkpoint is saved, so the best one is marked
-            # before the Trainer's rotation could delete it (the one wait the audit puts on a run).
+            # The window that just ended is audited and the best one marked before this step's checkpoint is
+            # saved, so the Trainer's rotation after that save keeps the marked one (the one wait the audit puts
+            # on a run).
             self.audit.settle(state.global_step // window - 1, timeout=SETTLE_TIMEOUT_S)
+            self._mark(state)
             control.should_save = True  # one checkpoint per audit window, to keep the best of
         return control
-
-    def on_save(self, args, state, control, **kwargs):
-        if self.audit.config.guard == "keep-best":
-            self._mark(state)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.audit.flush(timeout=60)
@@ -73,11 +85,11 @@ class RewardAuditCallback(TrainerCallback):
         (self.output_dir / "audit_summary.json").write_text(json.dumps(summary, indent=1))
 
     def _mark(self, state) -> None:
-        """Point the Trainer at the checkpoint after the best audited window, if it is on disk."""
+        """Point the Trainer at the checkpoint at the start of the best audited window, if it is on disk."""
         best = self.audit.best
         if best is None:
             return
-        step = (best.window + 1) * self.audit.config.window
+        step = best.window * self.audit.config.window
         path = best_checkpoint(self.output_dir, step)
         if not path.is_dir():
             return

@@ -99,7 +99,7 @@ def test_reward_audit_runs_every_scenario(quick_demo, tmp_path, monkeypatch):
     keys = ("judge_reward_by_step", "gold_by_step", "alarm", "gold_peak_step", "gold_peak_step_raw", "kept_step")
     for key in keys + ("alarm_after_raw_peak_frac",):
         assert set(blind[key]) == {"0"}, key
-    assert blind["kept_step"]["0"] in (1, 2)  # keep-best named a checkpoint after a window
+    assert blind["kept_step"]["0"] in (0, 1)  # keep-best named the checkpoint at a window's start
     assert blind["judge_reward_by_step"]["0"]
     audited = [json.loads(line) for line in (out / "arms" / "audit_blind_spot-seed0" / "audit.jsonl").open()]
     for row in audited:  # the audit saw the biased reward: the judge's one half plus the length bonus, rescaled

@@ -8,7 +8,10 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
+import torch
 from mrjudge.train_cmd import _audit_report
+from safetensors.torch import load_file
 from transformers import TrainerControl, TrainerState
 
 from judge.reward.audit import Alarm, AuditConfig, RewardAudit
@@ -21,18 +24,29 @@ from training.policy import JudgePolicyGRPOConfig, build_policy_trainer
 from training.reward_audit import RewardAuditCallback
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-_calls = itertools.count()
 _lock = threading.Lock()
+_gold = {"calls": itertools.count(), "right_step": 1}
 
 
-def second_step_is_right(prompt: str, completion: str, reference: str) -> float:
-    """A verifiable task's check whose gold is 1 for the second step's completions only (8 a step)."""
+def one_step_is_right(prompt: str, completion: str, reference: str) -> float:
+    """A verifiable task's check whose gold is 1 for one step's completions only (8 a step; `_gold`)."""
     with _lock:
-        n = next(_calls)
-    return float(8 <= n < 16)
+        n = next(_gold["calls"])
+    return float(n // 8 == _gold["right_step"])
 
 
-def test_a_policy_run_logs_the_audit_and_keep_best_keeps_the_checkpoint_it_names(tiny_vlm_dir, world, tmp_path):
+def _weights(folder: Path) -> dict:
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("right_step", [1, 0])
+def test_a_policy_run_logs_the_audit_and_keep_best_keeps_the_checkpoint_it_names(
+    tiny_vlm_dir, world, tmp_path, right_step, monkeypatch
+):
+    """Window w's answers are written by the policies of its steps, the first of them checkpoint-w: the best
+    window's gold is credited to it. When the first window is the best, the kept checkpoint is the start policy."""
+    monkeypatch.setitem(_gold, "calls", itertools.count())
+    monkeypatch.setitem(_gold, "right_step", right_step)
     out = tmp_path / "policy"
     with serve(make_reward_app(fresh_state())) as url:
         config = load_config(
@@ -42,7 +56,7 @@ def test_a_policy_run_logs_the_audit_and_keep_best_keeps_the_checkpoint_it_names
              f"reward.url={url}",
              "max_steps=4", "save_strategy=no", "save_total_limit=1", "gradient_accumulation_steps=1",
              "eval_strategy=no", "freeze_vision=false",
-             "reward.audit.auditor=answer_key:tests.training.test_reward_audit:second_step_is_right",
+             "reward.audit.auditor=answer_key:tests.training.test_reward_audit:one_step_is_right",
              "reward.audit.audit_rate=1.0", "reward.audit.window=1", "reward.audit.guard=keep-best",
              "reward.audit.min_samples=1", *SMALL, *CPU_GRPO_RECIPE],
         )  # fmt: skip
@@ -52,10 +66,14 @@ def test_a_policy_run_logs_the_audit_and_keep_best_keeps_the_checkpoint_it_names
     assert logs.values("judge/audit/groups") and logs.values("judge/audit/audited")[-1] >= 2
     assert (out / "audit.jsonl").is_file() and (out / "audit_windows.jsonl").is_file()
     best = json.loads((out / "audit_best.json").read_text())
-    assert best["window"] == 1 and best["gold_mean"] == 1.0 and best["checkpoint"] == str(out / "checkpoint-2")
+    named = out / f"checkpoint-{right_step}"
+    assert best["window"] == right_step and best["gold_mean"] == 1.0 and best["checkpoint"] == str(named)
     assert trainer.state.best_model_checkpoint == best["checkpoint"]
     kept = sorted(p.name for p in out.glob("checkpoint-*"))
-    assert "checkpoint-2" in kept and len(kept) <= 2  # save_total_limit 1, and the best one kept beside it
+    assert kept == [named.name]  # save_total_limit 1: the Trainer keeps the best one alone at the end
+    start, named_weights = _weights(Path(tiny_vlm_dir)), _weights(named)
+    moved = [k for k in named_weights if not torch.equal(named_weights[k], start[k])]
+    assert bool(moved) == (right_step > 0)  # checkpoint-0 is the start policy, weight for weight
     summary = json.loads((out / "audit_summary.json").read_text())
     assert summary["kept"] == best and len(summary["windows"]) == 4 and summary["alarm"]["fired"] is False
     _audit_report(out)  # what `mrjudge train policy` does after such a run: the curve, and one line
