@@ -467,6 +467,7 @@ def _plots(out: Path, plots: dict[str, Any]) -> None:
             out / f"overoptimisation_{name}.png",
             summary["windows"],
             alarm_step=alarm.get("step") if alarm["fired"] else None,
+            kept_step=summary["kept"]["step"] if summary.get("kept") else None,
             title=f"Judge reward and audited gold per window: {what} ({summary['audited']} groups audited)",
         )
 

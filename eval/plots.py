@@ -144,11 +144,17 @@ def reward_curve(
 
 
 def overoptimisation_curve(
-    path: str | Path, windows: Sequence[Mapping[str, Any]], *, alarm_step: int | None = None, title: str = ""
+    path: str | Path,
+    windows: Sequence[Mapping[str, Any]],
+    *,
+    alarm_step: int | None = None,
+    kept_step: int | None = None,
+    title: str = "",
 ) -> Path:
     """The judge's reward and the audited gold per audit window, against the step and (where the trainer
     logged it) against the KL to the start policy, as Gao et al. (2022) draw over-optimisation; the guard's
-    alarm as a vertical line. `windows` are `audit_windows.jsonl` rows (`judge.reward.audit`)."""
+    alarm and the checkpoint `keep-best` kept as vertical lines. `windows` are `audit_windows.jsonl` rows
+    (`judge.reward.audit`)."""
     rows = [w for w in windows if w.get("judge_mean") is not None and w.get("gold_mean") is not None]
     with_kl = [w for w in rows if w.get("kl") is not None]
     with saved_figure(path, figsize=(11 if with_kl else 6.5, 4), ncols=2 if with_kl else 1) as (fig, axes):
@@ -162,6 +168,8 @@ def overoptimisation_curve(
             ax.plot(xs, [w["gold_mean"] for w in shown], marker=".", label="audited gold")
             if key == "last_step" and alarm_step is not None:
                 ax.axvline(alarm_step, ls="--", c="red", label=f"alarm (step {alarm_step})")
+            if key == "last_step" and kept_step is not None:
+                ax.axvline(kept_step, ls=":", c="green", label=f"kept checkpoint (step {kept_step})")
             ax.set_xlabel(label), ax.set_ylabel("mean over the window's audited samples"), ax.set_ylim(-0.03, 1.03)
             ax.legend(fontsize=8)
         if title:

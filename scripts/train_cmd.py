@@ -103,6 +103,7 @@ def _audit_report(output_dir: Path) -> None:
         output_dir / "overoptimisation.png",
         summary["windows"],
         alarm_step=alarm.get("step") if alarm["fired"] else None,
+        kept_step=summary["kept"]["step"] if summary.get("kept") else None,
         title=f"Judge reward and audited gold ({summary['auditor']}, {summary['audited']} groups audited)",
     )
     said = f"alarm at step {alarm['step']}: {alarm['reason']}" if alarm["fired"] else "no alarm"
