@@ -86,10 +86,10 @@ smoothed gold; they have not been rerun. A
 stronger start (`--sft-max-steps 2400`: 0.26 sampled on dev in docs/learning.md) gives the gold room to fall;
 it was not measured here.
 
-Run time, bare at the defaults (120 steps a run) on 2 cores with nothing else running: 1,887 s. The demo's judge
-through its GRPO stage ~16 min, the seeing policy 88 s (warm-up 33 s, SFT 55 s), the three scenarios ~14 min
-(a judge-rewarded step ~1.9 s, an evaluation of 298 questions ~12 s). With `--demo` and `--judge` given and the
-policy reused from `OUT/policy`, 555 s.
+Run time, bare at the defaults (120 steps a run) on 2 cores with nothing else running: 1,449 s (an earlier run
+of the same figures, on a slower machine: 1,887 s). The demo's judge through its GRPO stage 726 s, the seeing
+policy 83 s (warm-up 34 s, SFT 50 s), the three scenarios ~11 min (a judge-rewarded step ~1.5 s, an evaluation
+of 298 questions ~12 s). With `--demo` and `--judge` given and the policy reused from `OUT/policy`, 555 s.
 The end-to-end test (quick demo, 2 steps a run) takes 70–160 s.
 """
 

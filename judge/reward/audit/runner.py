@@ -159,8 +159,8 @@ class RewardAudit:
 
     def settle(self, window: int | None, timeout: float | None = None) -> None:
         """Wait (up to `timeout` s) for the queued groups to be audited, then close the open windows up to
-        `window` (all with None): what `keep-best` does at a window's end, so that the checkpoint it is about
-        to save can be marked before the Trainer rotates it away. The one wait the audit puts on a run."""
+        `window` (all with None): what `keep-best` does at a window's end, so that the best window's checkpoint
+        is marked before the Trainer's next save rotates older ones away. The one wait the audit puts on a run."""
         if self._worker is not None:
             self._queue.join() if timeout is None else _join(self._queue, timeout)
         with self._lock:
