@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.integrations import is_deepspeed_zero3_enabled
 
 from judge.reward.audit import RewardAudit
 
@@ -52,6 +53,10 @@ class RewardAuditCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.audit.config.guard == "keep-best" and state.global_step == 0 and args.should_save:
             # The policy that writes the first window's answers: the one keep-best keeps if the gold only falls.
+            if args.fsdp or is_deepspeed_zero3_enabled():  # sharded weights: only the Trainer's own save gathers them
+                logger.warning("reward audit keep-best: no checkpoint-0 with sharded weights (FSDP, ZeRO-3), so the "
+                               "start policy cannot be kept; the best checkpoint after it still can")  # fmt: skip
+                return
             start = best_checkpoint(self.output_dir, 0)
             model.save_pretrained(start)
             if processing_class is not None:

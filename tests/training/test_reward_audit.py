@@ -12,7 +12,7 @@ import pytest
 import torch
 from mrjudge.train_cmd import _audit_report
 from safetensors.torch import load_file
-from transformers import TrainerControl, TrainerState
+from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from judge.reward.audit import Alarm, AuditConfig, RewardAudit
 from tests.support.reward_app import fresh_state, make_reward_app
@@ -88,3 +88,13 @@ def test_stop_ends_training_at_the_step_after_the_alarm(tmp_path):
     audit.alarm = Alarm(window=0, step=3, reason="the audited gold fell")
     state.global_step = 4
     assert callback.on_step_end(None, state, control).should_training_stop and callback.stopped_at == 4
+
+
+def test_keep_best_saves_no_start_checkpoint_from_sharded_weights(tmp_path, caplog):
+    """Under FSDP (or ZeRO-3) a callback cannot gather the weights: no checkpoint-0, and the log says why."""
+    audit = RewardAudit(AuditConfig(auditor="answer_key", guard="keep-best"))
+    callback, state = RewardAuditCallback(audit, tmp_path), TrainerState()
+    args = TrainingArguments(output_dir=str(tmp_path), fsdp="full_shard", report_to=[])
+    with caplog.at_level("WARNING"):
+        callback.on_train_begin(args, state, TrainerControl(), model=None)
+    assert not (tmp_path / "checkpoint-0").exists() and "sharded weights" in caplog.text
