@@ -15,7 +15,7 @@ side of it, added by `training.policy.build_policy_trainer` for every judge rewa
   policies of its own steps, the first of them that checkpoint's; the checkpoint saved after the window has
   taken `window` more updates that no audited answer has seen. So when the gold only falls from the first
   window on, keep-best keeps the start policy, as early stopping keeps the initial model when the validation
-  metric never improves;
+  metric never improves (not with sharded weights, FSDP or ZeRO-3, which only the Trainer's own save gathers);
 - at the end it writes `audit_summary.json` (every window, the alarm, the best window) beside the checkpoints.
 """
 
