@@ -25,7 +25,7 @@ def query(response: str, pads: int = 8) -> str:
 
 WAIT_S = 2.0
 """How long the server holds a partial group: long enough that four requests posted at once arrive within it
-on a loaded machine (at 0.5 s, a test run on two busy workers once split a group of four into three and one)."""
+on a loaded machine (at 0.5 s, one test run on two busy workers judged one of four such requests alone)."""
 
 
 @pytest.fixture(scope="module")
