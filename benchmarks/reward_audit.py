@@ -459,15 +459,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def _plots(out: Path, plots: dict[str, Any]) -> None:
-    from eval.plots import overoptimisation_curve
+    from eval.plots import audit_curve
 
     for name, (summary, what) in plots.items():
-        alarm = summary["alarm"]
-        overoptimisation_curve(
+        audit_curve(
             out / f"overoptimisation_{name}.png",
-            summary["windows"],
-            alarm_step=alarm.get("step") if alarm["fired"] else None,
-            kept_step=summary["kept"]["step"] if summary.get("kept") else None,
+            summary,
             title=f"Judge reward and audited gold per window: {what} ({summary['audited']} groups audited)",
         )
 

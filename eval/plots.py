@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "audit_curve",
     "bar_chart",
     "curves_by_run",
     "overoptimisation_curve",
@@ -175,6 +176,19 @@ def overoptimisation_curve(
         if title:
             fig.suptitle(_fitted(title, width_in=11 if with_kl else 6.5), fontsize=10)
     return Path(path)
+
+
+def audit_curve(path: str | Path, summary: Mapping[str, Any], *, title: str = "") -> Path:
+    """`overoptimisation_curve` of a reward audit's summary (`audit_summary.json`'s shape): its windows, its alarm
+    when it fired, and the checkpoint `keep-best` kept, if any."""
+    alarm, kept = summary["alarm"], summary.get("kept")
+    return overoptimisation_curve(
+        path,
+        summary["windows"],
+        alarm_step=alarm.get("step") if alarm["fired"] else None,
+        kept_step=kept["step"] if kept else None,
+        title=title,
+    )
 
 
 def curves_by_run(

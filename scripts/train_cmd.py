@@ -95,15 +95,13 @@ def _audit_report(output_dir: Path) -> None:
     summary_file = output_dir / "audit_summary.json"
     if not summary_file.is_file():
         return
-    from eval.plots import overoptimisation_curve
+    from eval.plots import audit_curve
 
     summary = json.loads(summary_file.read_text())
     alarm = summary["alarm"]
-    png = overoptimisation_curve(
+    png = audit_curve(
         output_dir / "overoptimisation.png",
-        summary["windows"],
-        alarm_step=alarm.get("step") if alarm["fired"] else None,
-        kept_step=summary["kept"]["step"] if summary.get("kept") else None,
+        summary,
         title=f"Judge reward and audited gold ({summary['auditor']}, {summary['audited']} groups audited)",
     )
     said = f"alarm at step {alarm['step']}: {alarm['reason']}" if alarm["fired"] else "no alarm"

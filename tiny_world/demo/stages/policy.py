@@ -94,13 +94,11 @@ def _audit_figures(ctx: StageContext) -> dict[str, Any]:
 
 def _audit_curve(ctx: StageContext, audit: dict[str, Any]) -> Path:
     """The judge arm's over-optimisation curve: the judge's reward and the audited gold per window."""
-    from eval.plots import overoptimisation_curve
+    from eval.plots import audit_curve
 
-    alarm = audit["alarm"]
-    return overoptimisation_curve(
+    return audit_curve(
         ctx.folder / "overoptimisation.png",
-        audit["windows"],
-        alarm_step=alarm.get("step") if alarm["fired"] else None,
+        audit,
         title=f"Policy GRPO against the judge: its reward and the answer key on {audit['audited']} audited groups",
     )
 
