@@ -152,6 +152,17 @@ def build_pool(
     return figures, dev_rows
 
 
+def report_set(recipe: TinyJudgeRecipe, demo: Path, args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    """The pool's figures (`build_pool`, in `args.out`) and the pairs the figures are on: the SFT world's
+    validation pairs (the first `args.heldout_n`), or with `--report dev` every pair of the pool world's dev
+    records. `benchmarks.judge_sampled` rebuilds a run's pairs with it."""
+    rows, val_ids = sft_world(demo)
+    pool, dev_rows = build_pool(recipe, demo, rows, args.out / "pool", args)
+    if args.report == "dev":
+        return pool, all_pairs(dev_rows)
+    return pool, all_pairs(row for row in rows if row["id"] in val_ids)[: args.heldout_n]
+
+
 def trace_figures(recipe: TinyJudgeRecipe, demo: Path, pool: dict[str, Any], rl: Path) -> dict[str, Any]:
     """Where the SFT traces came from and what distillation kept: for the SFT judge's data (`sft`) and for
     the pool's more-SFT control (`pool`); `grpo_on_dropped_items` counts GRPO's pool items that have no
@@ -312,10 +323,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(f"--{name.replace('_', '-')} {value}: {demo} was made with {getattr(recipe, name)}")
     sft = demo_judge(demo, "sft")
 
-    rows, val_ids = sft_world(demo)
-    heldout = all_pairs(row for row in rows if row["id"] in val_ids)[: args.heldout_n]
-    pool, dev_rows = build_pool(recipe, demo, rows, out / "pool", args)
-    report = heldout if args.report == "heldout" else all_pairs(dev_rows)
+    pool, report = report_set(recipe, demo, args)
     print(f"pool {pool}; reporting on {len(report)} {args.report} pairs", file=sys.stderr)
 
     sft_verdicts, _ = judge_pairs(recipe, sft, report)

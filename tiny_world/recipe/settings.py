@@ -221,6 +221,9 @@ class TinyJudgeRecipe:
         """The recipe's judge GRPO (`grpo_config`) from the SFT judge `model`; `fields` win."""
         return grpo_config(model, train_file, output_dir, **{**self.trainer_fields("grpo"), **fields})
 
-    def judge(self, model_dir: str | Path, *, image_root: str | Path | None, batch_size: int) -> Any:
-        """The recipe's judge (`recipe_judge`) with the layout's generation budget."""
-        return recipe_judge(model_dir, image_root=image_root, batch_size=batch_size, max_new_tokens=self.max_new_tokens)
+    def judge(self, model_dir: str | Path, *, image_root: str | Path | None, batch_size: int, **sampling: Any) -> Any:
+        """The recipe's judge (`recipe_judge`) with the layout's generation budget; `sampling`: its `samples`
+        and `temperature` (default greedy)."""
+        return recipe_judge(
+            model_dir, image_root=image_root, batch_size=batch_size, max_new_tokens=self.max_new_tokens, **sampling
+        )

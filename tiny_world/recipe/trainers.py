@@ -23,15 +23,29 @@ TRAINER_DEFAULTS: dict[str, Any] = dict(
 
 
 def recipe_judge(
-    model_dir: str | Path, *, image_root: str | Path | None, batch_size: int, max_new_tokens: int = 96
+    model_dir: str | Path,
+    *,
+    image_root: str | Path | None,
+    batch_size: int,
+    max_new_tokens: int = 96,
+    samples: int = 1,
+    temperature: float = 0.0,
 ) -> Any:
-    """The recipe's judge on a CPU: both display orders, greedy, `COMPACT_PROMPT`, one backend call per batch."""
+    """The recipe's judge on a CPU: both display orders, greedy, `COMPACT_PROMPT`, one backend call per batch.
+    With `samples` > 1 and a `temperature`, each order is sampled that many times, as GRPO samples it."""
     from judge.backends.hf import TransformersBackend
     from judge.judging import Judge, JudgeConfig
 
     return Judge(
-        TransformersBackend(str(model_dir), device="cpu", max_batch_size=2 * batch_size),
-        JudgeConfig(orders=2, max_new_tokens=max_new_tokens, batch_size=batch_size, prompt=COMPACT_PROMPT),
+        TransformersBackend(str(model_dir), device="cpu", max_batch_size=2 * samples * batch_size),
+        JudgeConfig(
+            orders=2,
+            samples=samples,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            prompt=COMPACT_PROMPT,
+        ),
         image_root=image_root,
     )
 
