@@ -18,8 +18,9 @@ does not show it; if it does not rise, RL did not learn what its reward asks for
 
     python -m benchmarks.judge_sampled runs/judge_grpo_gain --samples 8     # writes runs/judge_grpo_gain/sampled/
 
-Prints one JSON line; writes `sampled.json` and `sampled.png` in `--out` (default RUN/sampled). About 2.5 min
-a judge on 396 dev pairs at 8 samples (2 cores).
+Prints one JSON line; writes `sampled.json` and `sampled.png` in `--out` (default RUN/sampled). 130–175 s a
+judge on 396 dev pairs at 8 samples an order (2 quiet cores). Measured: docs/learning.md, "Why GRPO does not move
+this judge".
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def plot(path: Path, judges: dict[str, dict[str, Any]], where: str) -> Path:
         "sampled": {name: pct(f["sampled"]) for name, f in judges.items()},
         "sampled, image flaws": {name: pct(f["sampled_image"]) for name, f in judges.items()},
     }
-    return bar_chart(path, series, title=f"Greedy and sampled accuracy by judge ({where})")
+    # Headroom above 100 %, so that the legend sits over the bars rather than on them.
+    return bar_chart(path, series, title=f"Greedy and sampled accuracy by judge ({where})", ylim=(0, 118))
 
 
 if __name__ == "__main__":
