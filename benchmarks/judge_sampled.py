@@ -82,7 +82,10 @@ def mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def judge_figures(pairs: list[Any], greedy: list[float], shares: list[float], majority: list[float], agree: list[bool]):
+def judge_figures(
+    pairs: list[Any], greedy: list[float], shares: list[float], majority: list[float], agree: list[bool]
+) -> dict[str, float | None]:
+    """One judge's figures from its per-pair credits: overall, and by the evidence a pair's flaw needs."""
     by = {e: [i for i, p in enumerate(pairs) if evidence_of(p.meta["flaw"]) == e] for e in EVIDENCE}
     return {
         "greedy": mean(greedy),
